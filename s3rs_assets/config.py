@@ -1,0 +1,214 @@
+"""The table list (tables.yaml) and the environment a deployment is configured with.
+
+Everything here is validated when it is read, so a typo fails before any connection is
+opened or any object written, with a message naming the table and the field.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import unquote, urlsplit
+
+import yaml
+
+from s3rs_assets.errors import ConfigError
+from s3rs_assets.identifiers import check_identifier, split_qualified
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_TABLES_FILE = REPO_ROOT / "tables.yaml"
+
+_DURATION = re.compile(r"^\s*(\d+)\s*(s|sec|m|min|h|hour|hours|d|day|days|w|week|weeks)\s*$")
+_UNIT_SECONDS = {
+    "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "hour": 3600, "hours": 3600,
+    "d": 86400, "day": 86400, "days": 86400, "w": 604800, "week": 604800, "weeks": 604800,
+}
+_KNOWN_KEYS = {
+    "name", "cursor", "primary_key", "start", "partition", "chunk_rows", "lag", "target",
+    "parallelism",
+}
+
+
+def parse_duration(value: object, what: str = "duration") -> timedelta:
+    """Parse `5m`, `30s`, `2h`, `7d`, `1week` (or a number of seconds)."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+        return timedelta(seconds=value)
+    m = _DURATION.match(str(value)) if isinstance(value, str) else None
+    if not m:
+        raise ConfigError(f"invalid {what} {value!r}: expected e.g. '30s', '5m', '2h', '7d'")
+    return timedelta(seconds=int(m.group(1)) * _UNIT_SECONDS[m.group(2)])
+
+
+def parse_start(value: object, table: str) -> datetime:
+    if isinstance(value, datetime):
+        return value.replace(tzinfo=None)
+    if isinstance(value, date):
+        return datetime(value.year, value.month, value.day)
+    try:
+        return datetime.fromisoformat(str(value)).replace(tzinfo=None)
+    except ValueError:
+        raise ConfigError(
+            f"table {table}: invalid start {value!r}: expected 'YYYY-MM-DD' or "
+            "'YYYY-MM-DD HH:MM:SS'"
+        ) from None
+
+
+@dataclass(frozen=True)
+class TableConfig:
+    """One configured table; `primary_key` None means "ask MySQL"."""
+
+    name: str
+    cursor: str = "update_at"
+    primary_key: tuple[str, ...] | None = None
+    start: datetime = datetime(2025, 1, 1)
+    partition: Literal["daily", "hourly"] = "daily"
+    chunk_rows: int = 100_000
+    lag: timedelta = timedelta(minutes=5)
+    target: str = ""
+    parallelism: int = 2
+
+    @property
+    def schema(self) -> str:
+        return self.name.split(".")[0]
+
+    @property
+    def table(self) -> str:
+        return self.name.split(".")[1]
+
+    @property
+    def target_schema(self) -> str:
+        return (self.target or self.name).split(".")[0]
+
+    @property
+    def target_table(self) -> str:
+        return (self.target or self.name).split(".")[1]
+
+    @property
+    def key_prefix(self) -> list[str]:
+        """Dagster asset key prefix: `<schema>/<table>`."""
+        return [self.schema, self.table]
+
+    @property
+    def slug(self) -> str:
+        """File-name-safe form used for watermark objects: `schema.table`."""
+        return self.name
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> TableConfig:
+        if not isinstance(raw, dict):
+            raise ConfigError(f"each entry under 'tables' must be a mapping, got {raw!r}")
+        name = raw.get("name")
+        split_qualified(name, "table")
+        unknown = set(raw) - _KNOWN_KEYS
+        if unknown:
+            raise ConfigError(f"table {name}: unknown setting(s) {sorted(unknown)}")
+        cursor = check_identifier(raw.get("cursor", "update_at"), f"table {name}: cursor column")
+        pk = raw.get("primary_key")
+        if pk is not None:
+            if isinstance(pk, str):
+                pk = [pk]
+            if not isinstance(pk, list) or not pk:
+                raise ConfigError(f"table {name}: primary_key must be a list of column names")
+            pk = tuple(check_identifier(c, f"table {name}: primary key column") for c in pk)
+        partition = raw.get("partition", "daily")
+        if partition not in ("daily", "hourly"):
+            raise ConfigError(f"table {name}: partition must be 'daily' or 'hourly', not {partition!r}")
+        chunk_rows = raw.get("chunk_rows", 100_000)
+        if not isinstance(chunk_rows, int) or isinstance(chunk_rows, bool) or chunk_rows < 1:
+            raise ConfigError(f"table {name}: chunk_rows must be a positive integer, not {chunk_rows!r}")
+        parallelism = raw.get("parallelism", 2)
+        if not isinstance(parallelism, int) or isinstance(parallelism, bool) or not 1 <= parallelism <= 64:
+            raise ConfigError(f"table {name}: parallelism must be an integer from 1 to 64")
+        target = raw.get("target") or name
+        split_qualified(target, f"table {name}: target")
+        return cls(
+            name=name,
+            cursor=cursor,
+            primary_key=pk,
+            start=parse_start(raw.get("start", "2025-01-01"), name),
+            partition=partition,
+            chunk_rows=chunk_rows,
+            lag=parse_duration(raw.get("lag", "5m"), f"table {name}: lag"),
+            target=target,
+            parallelism=parallelism,
+        )
+
+
+def tables_path() -> Path:
+    return Path(os.environ.get("S3RS_TABLES") or DEFAULT_TABLES_FILE)
+
+
+def load_tables(path: Path | str | None = None) -> list[TableConfig]:
+    """Read and validate the table list; an absent file means no tables."""
+    p = Path(path) if path else tables_path()
+    if not p.exists():
+        if path or os.environ.get("S3RS_TABLES"):
+            raise ConfigError(f"table list {p} does not exist (S3RS_TABLES)")
+        return []
+    try:
+        doc = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{p} is not valid YAML: {e}") from None
+    entries = doc.get("tables") if isinstance(doc, dict) else None
+    if entries is None:
+        return []
+    if not isinstance(entries, list):
+        raise ConfigError(f"{p}: 'tables' must be a list")
+    tables = [TableConfig.from_dict(e) for e in entries]
+    seen: set[str] = set()
+    for t in tables:
+        if t.name in seen:
+            raise ConfigError(f"{p}: table {t.name} is listed twice")
+        seen.add(t.name)
+    return tables
+
+
+def find_table(tables: list[TableConfig], name: str) -> TableConfig:
+    split_qualified(name, "table")
+    for t in tables:
+        if t.name == name:
+            return t
+    known = ", ".join(t.name for t in tables) or "none"
+    raise ConfigError(f"unknown table {name!r}: not in {tables_path()} (configured: {known})")
+
+
+@dataclass(frozen=True)
+class DatabaseURL:
+    """A parsed `scheme://user:password@host:port/database`; repr never shows the password."""
+
+    scheme: str
+    user: str
+    password: str = field(repr=False)
+    host: str
+    port: int
+    database: str
+
+    @classmethod
+    def parse(cls, url: str, *, env: str, schemes: tuple[str, ...], default_port: int) -> DatabaseURL:
+        if not url:
+            raise ConfigError(f"{env} is not set")
+        try:
+            parts = urlsplit(url)
+            port = parts.port or default_port
+        except ValueError:
+            raise ConfigError(f"{env} is malformed (expected {schemes[0]}://user:password@host:port/db)") from None
+        if parts.scheme not in schemes or not parts.hostname:
+            raise ConfigError(
+                f"{env} must look like {schemes[0]}://user:password@host:port/database "
+                f"(scheme one of {', '.join(schemes)})"
+            )
+        return cls(
+            scheme=parts.scheme,
+            user=unquote(parts.username or ""),
+            password=unquote(parts.password or ""),
+            host=parts.hostname,
+            port=port,
+            database=unquote(parts.path.lstrip("/")),
+        )
+
+    def redacted(self) -> str:
+        return f"{self.scheme}://{self.user}:***@{self.host}:{self.port}/{self.database}"

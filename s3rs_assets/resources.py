@@ -1,0 +1,169 @@
+"""MySQL, S3 and Spark as Dagster resources.
+
+Secrets arrive only through `EnvVar` (see definitions.py) and never leave these objects in
+text form: `DatabaseURL.redacted()` is what logs and errors show.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+import boto3
+import dagster as dg
+import pymysql
+from botocore.config import Config
+from pydantic import Field, PrivateAttr
+
+from s3rs_assets.config import DatabaseURL
+from s3rs_assets.errors import ConfigError
+
+DEFAULT_JDBC_JARS = "/usr/share/java/mariadb-java-client.jar"
+
+
+class MySQLResource(dg.ConfigurableResource):
+    """The source database, from `S3RS_MYSQL_URL` (mysql://user:password@host:port/db)."""
+
+    url: str = Field(description="mysql://user:password@host:port/database")
+    connect_timeout: int = Field(default=10, description="Seconds to wait for a connection.")
+    read_timeout: int = Field(default=600, description="Seconds one query may take.")
+
+    @property
+    def parsed(self) -> DatabaseURL:
+        return DatabaseURL.parse(
+            self.url, env="S3RS_MYSQL_URL", schemes=("mysql", "mariadb"), default_port=3306
+        )
+
+    def endpoint(self) -> tuple[str, int]:
+        """Where to connect; an SSH tunnel would substitute its local end here."""
+        p = self.parsed
+        return p.host, p.port
+
+    def connect(self) -> pymysql.connections.Connection:
+        p = self.parsed
+        host, port = self.endpoint()
+        try:
+            return pymysql.connect(
+                host=host,
+                port=port,
+                user=p.user,
+                password=p.password,
+                database=p.database or None,
+                charset="utf8mb4",
+                autocommit=True,
+                connect_timeout=self.connect_timeout,
+                read_timeout=self.read_timeout,
+            )
+        except pymysql.err.OperationalError as e:
+            # pymysql messages carry user and host, never the password.
+            raise ConfigError(f"cannot connect to MySQL at {p.redacted()}: {e.args[-1]}") from None
+
+    def jdbc_url(self) -> str:
+        # jdbc:mysql (not jdbc:mariadb) so Spark picks its MySQL dialect and quotes with
+        # backticks; permitMysqlScheme lets MariaDB Connector/J accept it.
+        host, port = self.endpoint()
+        db = self.parsed.database
+        return f"jdbc:mysql://{host}:{port}/{db}?permitMysqlScheme&tinyInt1isBit=true"
+
+    def jdbc_properties(self) -> dict[str, str]:
+        p = self.parsed
+        return {"user": p.user, "password": p.password, "driver": "org.mariadb.jdbc.Driver"}
+
+
+class S3Resource(dg.ConfigurableResource):
+    """The bucket holding parquet files and watermarks; credentials come from the standard
+    AWS chain (AWS_ACCESS_KEY_ID, ..., AWS_ENDPOINT_URL_S3 for moto or MinIO)."""
+
+    bucket: str = Field(description="S3RS_S3_BUCKET")
+    prefix: str = Field(default="s3rs", description="S3RS_S3_PREFIX: key prefix for everything.")
+    endpoint_url: str | None = Field(default=None, description="Overrides AWS_ENDPOINT_URL_S3.")
+    region_name: str | None = Field(default=None, description="Overrides AWS_DEFAULT_REGION.")
+    max_attempts: int = Field(default=6, description="botocore standard-mode retry attempts.")
+
+    def client_kwargs(self) -> dict[str, Any]:
+        endpoint = self.endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or None
+        region = self.region_name or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+        return {"endpoint_url": endpoint, "region_name": region}
+
+    def client(self) -> Any:
+        cfg = Config(retries={"mode": "standard", "max_attempts": self.max_attempts})
+        return boto3.client("s3", config=cfg, **self.client_kwargs())
+
+    def task_config(self) -> dict[str, Any]:
+        """What a Spark task needs to build its own client (it may run on another host)."""
+        creds = boto3.Session().get_credentials()
+        frozen = creds.get_frozen_credentials() if creds else None
+        kw = self.client_kwargs()
+        if frozen is not None:
+            kw.update(
+                aws_access_key_id=frozen.access_key,
+                aws_secret_access_key=frozen.secret_key,
+                aws_session_token=frozen.token,
+            )
+        kw["max_attempts"] = self.max_attempts
+        return kw
+
+    def key(self, *parts: str) -> str:
+        return "/".join(p.strip("/") for p in (self.prefix, *parts) if p and p.strip("/"))
+
+
+_SPARK_LOCK = threading.Lock()
+
+
+class SparkResource(dg.ConfigurableResource):
+    """One SparkSession per process, built on first use (sensors and the CLI never use it).
+
+    `master` is `local[*]`, a standalone `spark://host:port`, or a Spark Connect `sc://`
+    URL; nothing else in the code depends on which.
+    """
+
+    master: str = Field(default="local[*]", description="S3RS_SPARK_MASTER")
+    app_name: str = Field(default="s3rs")
+    jars: str = Field(default=DEFAULT_JDBC_JARS, description="Comma-separated JDBC driver jars.")
+    driver_memory: str = Field(default="2g")
+    conf: dict[str, str] = Field(default_factory=dict, description="Extra spark.* settings.")
+    _session: Any = PrivateAttr(default=None)
+
+    def session(self) -> Any:
+        if self._session is None:
+            with _SPARK_LOCK:
+                self._session = get_spark(self)
+        return self._session
+
+
+def get_spark(res: SparkResource) -> Any:
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    tz = "-Duser.timezone=UTC"
+    builder = SparkSession.builder.appName(res.app_name)
+    if res.master.startswith("sc://"):
+        builder = builder.remote(res.master)
+    else:
+        builder = builder.master(res.master)
+        builder = (
+            builder.config("spark.driver.memory", res.driver_memory)
+            .config("spark.driver.extraJavaOptions", tz)
+            .config("spark.executor.extraJavaOptions", tz)
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+        )
+        if res.jars:
+            missing = [j for j in res.jars.split(",") if j and not os.path.exists(j)]
+            if missing and res.master.startswith("local"):
+                raise ConfigError(
+                    f"JDBC driver jar {missing[0]} not found: run `make setup` "
+                    "(installs Debian's libmariadb-java) or set S3RS_SPARK_JARS"
+                )
+            builder = builder.config("spark.jars", res.jars)
+    builder = builder.config("spark.sql.session.timeZone", "UTC").config(
+        "spark.sql.execution.arrow.pyspark.enabled", "true"
+    )
+    for k, v in res.conf.items():
+        builder = builder.config(k, v)
+    return builder.getOrCreate()
+
+

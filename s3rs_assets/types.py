@@ -1,0 +1,142 @@
+"""The one MySQL -> Arrow/parquet -> Redshift type mapping.
+
+Every column a table has is described once by a `ColumnType`: the SQL expression the
+reader selects (so that the JDBC driver never gets to reinterpret a value, e.g. TIME as a
+timestamp), the Arrow type every parquet file is written with (so files of one table share
+one schema whatever reader produced them), and the warehouse column type. The README's
+type table is generated from `MAPPING_DOC`.
+
+Exactness rules: DECIMAL keeps (p, s); DATETIME/TIMESTAMP keep microseconds and are stored
+naive, in the source's time zone; BIGINT UNSIGNED does not fit BIGINT and becomes
+DECIMAL(20,0); TINYINT(1) is MySQL's boolean; TIME can exceed 24 h and stays text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from s3rs_assets.errors import SourceSchemaError
+from s3rs_assets.identifiers import mysql_quote
+
+VARCHAR_MAX = 65535
+#: MySQL counts VARCHAR(n) in characters, Redshift in bytes; utf8mb4 takes up to 4 per char.
+UTF8MB4_BYTES = 4
+
+
+@dataclass(frozen=True)
+class SourceColumn:
+    """A column as information_schema.COLUMNS describes it."""
+
+    name: str
+    data_type: str  # lower case, e.g. "decimal"
+    column_type: str  # lower case, e.g. "decimal(18,4) unsigned"
+    nullable: bool = True
+    char_length: int | None = None
+    precision: int | None = None
+    scale: int | None = None
+
+    @property
+    def unsigned(self) -> bool:
+        return "unsigned" in self.column_type
+
+
+@dataclass(frozen=True)
+class ColumnType:
+    arrow: pa.DataType
+    warehouse: str  # Redshift type; PostgreSQL accepts the same spelling unless noted
+    select_cast: str | None = None  # MySQL CAST target applied when reading, if any
+
+    @property
+    def postgres(self) -> str:
+        return "BYTEA" if self.warehouse.startswith("VARBYTE") else self.warehouse
+
+
+def _varchar(col: SourceColumn) -> str:
+    if col.char_length is None:
+        return f"VARCHAR({VARCHAR_MAX})"
+    return f"VARCHAR({min(max(col.char_length, 1) * UTF8MB4_BYTES, VARCHAR_MAX)})"
+
+
+_TEXT = {"tinytext", "text", "mediumtext", "longtext", "json", "enum", "set"}
+_BINARY = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
+
+
+def column_type(col: SourceColumn) -> ColumnType:
+    """Map one MySQL column; raise SourceSchemaError for a type we cannot carry exactly."""
+    t = col.data_type
+    if t == "tinyint" and col.column_type.startswith("tinyint(1)"):
+        return ColumnType(pa.bool_(), "BOOLEAN")
+    if t == "bit":
+        if col.column_type in ("bit(1)", "bit"):
+            return ColumnType(pa.bool_(), "BOOLEAN")
+        return ColumnType(pa.int64(), "BIGINT", select_cast="UNSIGNED")
+    if t == "tinyint":
+        return ColumnType(pa.int16(), "SMALLINT")
+    if t == "smallint":
+        return ColumnType(pa.int32(), "INTEGER") if col.unsigned else ColumnType(pa.int16(), "SMALLINT")
+    if t in ("mediumint", "int", "integer"):
+        if col.unsigned and t != "mediumint":
+            return ColumnType(pa.int64(), "BIGINT")
+        return ColumnType(pa.int32(), "INTEGER")
+    if t == "bigint":
+        if col.unsigned:
+            return ColumnType(pa.decimal128(20, 0), "DECIMAL(20,0)")
+        return ColumnType(pa.int64(), "BIGINT")
+    if t == "year":
+        return ColumnType(pa.int16(), "SMALLINT", select_cast="UNSIGNED")
+    if t == "decimal":
+        p, s = col.precision or 10, col.scale or 0
+        if p > 38:
+            raise SourceSchemaError(
+                f"column {col.name!r} is DECIMAL({p},{s}): Redshift holds at most 38 digits"
+            )
+        return ColumnType(pa.decimal128(p, s), f"DECIMAL({p},{s})")
+    if t == "float":
+        return ColumnType(pa.float32(), "REAL")
+    if t in ("double", "real"):
+        return ColumnType(pa.float64(), "DOUBLE PRECISION")
+    if t == "date":
+        return ColumnType(pa.date32(), "DATE")
+    if t in ("datetime", "timestamp"):
+        return ColumnType(pa.timestamp("us"), "TIMESTAMP")
+    if t == "time":
+        return ColumnType(pa.string(), "VARCHAR(16)", select_cast="CHAR")
+    if t in ("char", "varchar"):
+        return ColumnType(pa.string(), _varchar(col))
+    if t in _TEXT:
+        return ColumnType(pa.string(), f"VARCHAR({VARCHAR_MAX})", select_cast=None)
+    if t in _BINARY:
+        return ColumnType(pa.binary(), f"VARBYTE({VARCHAR_MAX})")
+    raise SourceSchemaError(f"column {col.name!r} has type {col.column_type!r}, which s3rs cannot map")
+
+
+def select_expr(col: SourceColumn) -> str:
+    """The expression the reader selects for `col`, aliased back to its own name."""
+    q = mysql_quote(col.name)
+    cast = column_type(col).select_cast
+    return f"CAST({q} AS {cast}) AS {q}" if cast else q
+
+
+def arrow_schema(columns: list[SourceColumn]) -> pa.Schema:
+    return pa.schema([pa.field(c.name, column_type(c).arrow, nullable=True) for c in columns])
+
+
+#: (MySQL type, parquet/Arrow type, Redshift type) rows for the README.
+MAPPING_DOC: list[tuple[str, str, str]] = [
+    ("TINYINT(1), BIT(1)", "bool", "BOOLEAN"),
+    ("TINYINT, SMALLINT", "int16", "SMALLINT"),
+    ("SMALLINT UNSIGNED, MEDIUMINT, INT", "int32", "INTEGER"),
+    ("INT UNSIGNED, BIGINT, BIT(n)", "int64", "BIGINT"),
+    ("BIGINT UNSIGNED", "decimal128(20,0)", "DECIMAL(20,0)"),
+    ("DECIMAL(p,s), p <= 38", "decimal128(p,s)", "DECIMAL(p,s)"),
+    ("FLOAT / DOUBLE", "float32 / float64", "REAL / DOUBLE PRECISION"),
+    ("DATE", "date32", "DATE"),
+    ("DATETIME(n), TIMESTAMP(n)", "timestamp[us] (naive, source time zone)", "TIMESTAMP"),
+    ("TIME", "string", "VARCHAR(16)"),
+    ("YEAR", "int16", "SMALLINT"),
+    ("CHAR(n), VARCHAR(n)", "string", "VARCHAR(min(4n, 65535)) (bytes)"),
+    ("TEXT, JSON, ENUM, SET", "string", "VARCHAR(65535)"),
+    ("BINARY, VARBINARY, BLOB", "binary", "VARBYTE(65535) (BYTEA on PostgreSQL)"),
+]

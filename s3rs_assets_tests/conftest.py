@@ -1,0 +1,149 @@
+"""Real local services for the tests: MariaDB, PostgreSQL, a moto S3 server, one SparkSession.
+
+Each test session works in its own MySQL and PostgreSQL databases (dropped at the end)
+and each test in its own bucket, so runs never see each other's data.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import boto3
+import pymysql
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+MYSQL_HOST = os.environ.get("S3RS_TEST_MYSQL_HOST", "127.0.0.1")
+MYSQL_PORT = int(os.environ.get("S3RS_TEST_MYSQL_PORT", "3306"))
+PG_DSN = os.environ.get("S3RS_TEST_PG_DSN", "host=127.0.0.1 port=5432 user=postgres")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _python_for_spark() -> None:
+    # Spark's Python workers must run this interpreter (pyarrow lives in the venv).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint() -> Iterator[str]:
+    from moto.server import ThreadedMotoServer
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    saved = {k: os.environ.get(k) for k in _AWS_ENV}
+    os.environ.update(
+        AWS_ENDPOINT_URL_S3=endpoint,
+        AWS_ACCESS_KEY_ID="testing",
+        AWS_SECRET_ACCESS_KEY="testing",
+        AWS_DEFAULT_REGION="us-east-1",
+    )
+    os.environ.pop("AWS_SESSION_TOKEN", None)
+    os.environ.pop("AWS_PROFILE", None)
+    yield endpoint
+    server.stop()
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+_AWS_ENV = (
+    "AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION",
+    "AWS_SESSION_TOKEN", "AWS_PROFILE",
+)
+
+
+@pytest.fixture
+def bucket(moto_endpoint: str) -> str:
+    name = f"s3rs-test-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3", endpoint_url=moto_endpoint).create_bucket(Bucket=name)
+    return name
+
+
+@pytest.fixture
+def s3_resource(bucket: str):
+    from s3rs_assets.resources import S3Resource
+
+    return S3Resource(bucket=bucket, prefix="s3rs")
+
+
+@pytest.fixture
+def s3_client(moto_endpoint: str):
+    return boto3.client("s3", endpoint_url=moto_endpoint)
+
+
+def _mysql_root(database: str | None = None) -> pymysql.connections.Connection:
+    return pymysql.connect(
+        host=MYSQL_HOST, port=MYSQL_PORT, user="root", password="", database=database,
+        charset="utf8mb4", autocommit=True,
+    )
+
+
+@pytest.fixture(scope="session")
+def mysql_db() -> Iterator[str]:
+    """A fresh MySQL schema for this test session, dropped afterwards."""
+    name = f"s3rs_test_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+    with _mysql_root() as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+    yield name
+    with _mysql_root() as conn, conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+
+
+@pytest.fixture(scope="session")
+def mysql_url(mysql_db: str) -> str:
+    return f"mysql://root:@{MYSQL_HOST}:{MYSQL_PORT}/{mysql_db}"
+
+
+@pytest.fixture
+def mysql_conn(mysql_db: str) -> Iterator[pymysql.connections.Connection]:
+    conn = _mysql_root(mysql_db)
+    yield conn
+    conn.close()
+
+
+@pytest.fixture(scope="session")
+def pg_db() -> Iterator[str]:
+    """A fresh PostgreSQL database for this test session, dropped afterwards."""
+    import psycopg
+
+    name = f"s3rs_test_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+    with psycopg.connect(PG_DSN, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    yield name
+    with psycopg.connect(PG_DSN, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def pg_url(pg_db: str) -> str:
+    return f"postgresql://postgres:@127.0.0.1:5432/{pg_db}"
+
+
+@pytest.fixture(scope="session")
+def spark_resource():
+    from s3rs_assets.resources import SparkResource
+
+    return SparkResource(master="local[2]")
+
+
+@pytest.fixture(scope="session")
+def spark(spark_resource):
+    session = spark_resource.session()
+    yield session
+    session.stop()
