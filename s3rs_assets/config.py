@@ -24,11 +24,29 @@ DEFAULT_TABLES_FILE = REPO_ROOT / "tables.yaml"
 
 _DURATION = re.compile(r"^\s*(\d+)\s*(s|sec|m|min|h|hour|hours|d|day|days|w|week|weeks)\s*$")
 _UNIT_SECONDS = {
-    "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "hour": 3600, "hours": 3600,
-    "d": 86400, "day": 86400, "days": 86400, "w": 604800, "week": 604800, "weeks": 604800,
+    "s": 1,
+    "sec": 1,
+    "m": 60,
+    "min": 60,
+    "h": 3600,
+    "hour": 3600,
+    "hours": 3600,
+    "d": 86400,
+    "day": 86400,
+    "days": 86400,
+    "w": 604800,
+    "week": 604800,
+    "weeks": 604800,
 }
 _KNOWN_KEYS = {
-    "name", "cursor", "primary_key", "start", "partition", "chunk_rows", "lag", "target",
+    "name",
+    "cursor",
+    "primary_key",
+    "start",
+    "partition",
+    "chunk_rows",
+    "lag",
+    "target",
     "parallelism",
 }
 
@@ -116,12 +134,20 @@ class TableConfig:
             pk = tuple(check_identifier(c, f"table {name}: primary key column") for c in pk)
         partition = raw.get("partition", "daily")
         if partition not in ("daily", "hourly"):
-            raise ConfigError(f"table {name}: partition must be 'daily' or 'hourly', not {partition!r}")
+            raise ConfigError(
+                f"table {name}: partition must be 'daily' or 'hourly', not {partition!r}"
+            )
         chunk_rows = raw.get("chunk_rows", 100_000)
         if not isinstance(chunk_rows, int) or isinstance(chunk_rows, bool) or chunk_rows < 1:
-            raise ConfigError(f"table {name}: chunk_rows must be a positive integer, not {chunk_rows!r}")
+            raise ConfigError(
+                f"table {name}: chunk_rows must be a positive integer, not {chunk_rows!r}"
+            )
         parallelism = raw.get("parallelism", 2)
-        if not isinstance(parallelism, int) or isinstance(parallelism, bool) or not 1 <= parallelism <= 64:
+        if (
+            not isinstance(parallelism, int)
+            or isinstance(parallelism, bool)
+            or not 1 <= parallelism <= 64
+        ):
             raise ConfigError(f"table {name}: parallelism must be an integer from 1 to 64")
         target = raw.get("target") or name
         split_qualified(target, f"table {name}: target")
@@ -188,14 +214,18 @@ class DatabaseURL:
     database: str
 
     @classmethod
-    def parse(cls, url: str, *, env: str, schemes: tuple[str, ...], default_port: int) -> DatabaseURL:
+    def parse(
+        cls, url: str, *, env: str, schemes: tuple[str, ...], default_port: int
+    ) -> DatabaseURL:
         if not url:
             raise ConfigError(f"{env} is not set")
         try:
             parts = urlsplit(url)
             port = parts.port or default_port
         except ValueError:
-            raise ConfigError(f"{env} is malformed (expected {schemes[0]}://user:password@host:port/db)") from None
+            raise ConfigError(
+                f"{env} is malformed (expected {schemes[0]}://user:password@host:port/db)"
+            ) from None
         if parts.scheme not in schemes or not parts.hostname:
             raise ConfigError(
                 f"{env} must look like {schemes[0]}://user:password@host:port/database "

@@ -165,5 +165,3 @@ def get_spark(res: SparkResource) -> Any:
     for k, v in res.conf.items():
         builder = builder.config(k, v)
     return builder.getOrCreate()
-
-

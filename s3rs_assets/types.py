@@ -75,7 +75,11 @@ def column_type(col: SourceColumn) -> ColumnType:
     if t == "tinyint":
         return ColumnType(pa.int16(), "SMALLINT")
     if t == "smallint":
-        return ColumnType(pa.int32(), "INTEGER") if col.unsigned else ColumnType(pa.int16(), "SMALLINT")
+        return (
+            ColumnType(pa.int32(), "INTEGER")
+            if col.unsigned
+            else ColumnType(pa.int16(), "SMALLINT")
+        )
     if t in ("mediumint", "int", "integer"):
         if col.unsigned and t != "mediumint":
             return ColumnType(pa.int64(), "BIGINT")
@@ -109,7 +113,9 @@ def column_type(col: SourceColumn) -> ColumnType:
         return ColumnType(pa.string(), f"VARCHAR({VARCHAR_MAX})", select_cast=None)
     if t in _BINARY:
         return ColumnType(pa.binary(), f"VARBYTE({VARCHAR_MAX})")
-    raise SourceSchemaError(f"column {col.name!r} has type {col.column_type!r}, which s3rs cannot map")
+    raise SourceSchemaError(
+        f"column {col.name!r} has type {col.column_type!r}, which s3rs cannot map"
+    )
 
 
 def select_expr(col: SourceColumn) -> str:

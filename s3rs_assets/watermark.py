@@ -18,7 +18,7 @@ truth those fields are derived from:
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, ValidationError
@@ -26,6 +26,10 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, ValidationErr
 from s3rs_assets.errors import WatermarkError
 
 SCHEMA_VERSION = 1
+
+# A stored cursor may be at most this far ahead of the source clock (clock jitter); beyond
+# it the record would skip rows not yet written, so it is invalid.
+FUTURE_TOLERANCE = timedelta(minutes=1)
 
 Status = Literal["pending", "running", "partial", "success", "failed"]
 
@@ -145,27 +149,98 @@ class WatermarkRecord(_Model):
 
     @classmethod
     def from_json(cls, text: str | bytes, *, table_name: str | None = None) -> WatermarkRecord:
-        """Parse and validate; raise WatermarkError naming what is wrong."""
+        """Parse and validate; raise WatermarkError naming the table and what is wrong.
+
+        This checks the schema version, the field types and the table name. `check()` adds
+        the consistency and clock checks the store runs on every read.
+        """
         import json
 
+        who = f"watermark of {table_name}" if table_name else "watermark"
         try:
             raw = json.loads(text)
         except (ValueError, UnicodeDecodeError) as e:
-            raise WatermarkError(f"watermark is not valid JSON: {e}") from None
+            raise WatermarkError(f"{who} is not valid JSON: {e}") from None
         if not isinstance(raw, dict):
-            raise WatermarkError("watermark is not a JSON object")
-        raw = migrate(raw)
+            raise WatermarkError(f"{who} is not a JSON object")
+        if not table_name and isinstance(raw.get("table_name"), str):
+            who = f"watermark of {raw['table_name']}"
+        try:
+            raw = migrate(raw)
+        except WatermarkError as e:
+            raise WatermarkError(f"{who}: {e}") from None
         try:
             rec = cls.model_validate(raw)
         except ValidationError as e:
             first = e.errors()[0]
             where = ".".join(str(p) for p in first["loc"])
-            raise WatermarkError(f"watermark field {where!r}: {first['msg']}") from None
+            more = f" (and {e.error_count() - 1} more)" if e.error_count() > 1 else ""
+            raise WatermarkError(f"{who}: field {where!r}: {first['msg']}{more}") from None
         if table_name is not None and rec.table_name != table_name:
             raise WatermarkError(
                 f"watermark belongs to table {rec.table_name!r}, expected {table_name!r}"
             )
         return rec
+
+    def check(
+        self, *, table_name: str | None = None, now: datetime | None = None
+    ) -> WatermarkRecord:
+        """Semantic validation the store runs on every read and before every write.
+
+        Raises WatermarkError naming the table and the problem when: the schema version is
+        not this s3rs's; a count is negative; `s3_file_count` or `mysql_rows_extracted`
+        differ from what the partition manifests sum to; a partition window is empty; or,
+        given the source clock `now` (naive, source time zone), a cursor is later than
+        `now + FUTURE_TOLERANCE`. Returns self.
+        """
+        who = f"watermark of {self.table_name}"
+        if table_name is not None and self.table_name != table_name:
+            raise WatermarkError(
+                f"watermark belongs to table {self.table_name!r}, expected {table_name!r}"
+            )
+        if self.schema_version != SCHEMA_VERSION:
+            raise WatermarkError(
+                f"{who}: schema_version {self.schema_version!r} is not {SCHEMA_VERSION}"
+            )
+        for name in ("mysql_rows_extracted", "s3_file_count", "redshift_rows_loaded"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 0:
+                raise WatermarkError(f"{who}: {name} is {value!r}, must be a count >= 0")
+        for key, part in self.partitions.items():
+            if part.window_start >= part.window_end:
+                raise WatermarkError(
+                    f"{who}: partition {key!r} has an empty window "
+                    f"[{iso(part.window_start)}, {iso(part.window_end)})"
+                )
+        derived = self.model_copy(deep=True).refresh()
+        for name in ("s3_file_count", "mysql_rows_extracted"):
+            stored, actual = getattr(self, name), getattr(derived, name)
+            if stored != actual:
+                raise WatermarkError(
+                    f"{who}: {name} is {stored} but the partition manifests sum to {actual}"
+                )
+        if now is not None:
+            limit = _naive(now) + FUTURE_TOLERANCE
+            stamps: list[tuple[str, datetime | None]] = [
+                ("last_mysql_data_timestamp", self.last_mysql_data_timestamp),
+                ("manual_timestamp", self.manual_timestamp),
+            ]
+            stamps += [
+                (f"cursor of partition {k!r}", p.cursor.c if p.cursor else None)
+                for k, p in self.partitions.items()
+            ]
+            for what, ts in stamps:
+                if ts is not None and _naive(ts) > limit:
+                    raise WatermarkError(
+                        f"{who}: {what} {iso(_naive(ts))} is in the future of the source "
+                        f"clock ({iso(_naive(now))})"
+                    )
+        return self
+
+
+def _naive(ts: datetime) -> datetime:
+    """Aware timestamps (old documents end in 'Z') compare as naive UTC."""
+    return ts if ts.tzinfo is None else ts.astimezone(UTC).replace(tzinfo=None)
 
 
 def migrate(raw: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,168 @@
+"""The asset factory: one `s3_parquet` and one `redshift_table` asset per configured table.
+
+Both are partitioned by time windows of the table's cursor column and use a single-run
+backfill policy, so a backfill of many partitions is one run: one Spark session reading
+partition after partition. Materializing `s3_parquet` alone is the old "backup-only",
+`redshift_table` alone is "redshift-only".
+"""
+
+import contextlib
+import time
+
+import dagster as dg
+
+from s3rs_assets.config import TableConfig
+from s3rs_assets.errors import ConfigError, SourceSchemaError
+from s3rs_assets.extract import Extractor, backup_partition
+from s3rs_assets.io_manager import BackupOutput, store_for
+from s3rs_assets.partitions import partitions_def, window
+from s3rs_assets.resources import MySQLResource, S3Resource, SparkResource
+from s3rs_assets.source import anomalies, describe, safety_bound
+from s3rs_assets.watermark import WatermarkRecord
+
+IO_MANAGER_KEY = "s3rs_io_manager"
+TABLE_TAG = "s3rs/table"
+
+
+class BackupConfig(dg.Config):
+    """Run configuration of `s3_parquet` (what `s3rs sync --limit` sets)."""
+
+    limit: int | None = None
+
+
+def asset_key(table: TableConfig, stage: str) -> dg.AssetKey:
+    return dg.AssetKey([table.schema, table.table, stage])
+
+
+def group_name(table: TableConfig) -> str:
+    return f"{table.schema}__{table.table}"
+
+
+def job_name(table: TableConfig) -> str:
+    return f"{table.schema}__{table.table}__sync"
+
+
+def pool_name(table: TableConfig) -> str:
+    # One slot per table: two runs of the same table never extract at the same time.
+    return f"s3rs-{table.schema}-{table.table}"
+
+
+def run_backup(
+    context: dg.AssetExecutionContext,
+    table: TableConfig,
+    mysql: MySQLResource,
+    s3: S3Resource,
+    spark: SparkResource,
+    limit: int | None,
+) -> BackupOutput:
+    t0 = time.monotonic()
+    pdef = partitions_def(table)
+    keys = context.partition_keys
+    # Validate everything before the first write or the first JVM: bad input changes nothing.
+    with mysql.connect() as conn:
+        src = describe(conn, table)
+        bound = safety_bound(conn, table.lag)
+        found = anomalies(conn, src, window(pdef, pdef.get_first_partition_key())[0])
+    if not src.cursor_indexed:
+        context.log.warning(
+            f"{table.name}: cursor column {src.cursor} has no index; chunk planning scans the table"
+        )
+    if bound.note:
+        context.log.info(f"{table.name}: safety bound {bound.upper} ({bound.note})")
+    store = store_for(s3, context.run_id)
+    t_spark = time.monotonic()
+    session = spark.session()
+    spark_seconds = time.monotonic() - t_spark
+    ex = Extractor(spark=session, mysql=mysql, s3=s3, src=src, table_name=table.name)
+    runs, skipped = [], []
+    remaining = limit
+    try:
+        for key in keys:
+            if remaining is not None and remaining <= 0:
+                skipped.append(key)
+                continue
+            run = backup_partition(
+                ex,
+                store,
+                partition_key=key,
+                window=window(pdef, key),
+                upper=bound.upper,
+                chunk_rows=table.chunk_rows,
+                parallelism=table.parallelism,
+                run_id=context.run_id,
+                row_budget=remaining,
+                log=context.log.info,
+            )
+            runs.append(run)
+            if remaining is not None:
+                remaining -= run.rows
+            context.log.info(
+                f"{table.name} {key}: {run.status}, {run.rows} rows in {len(run.files)} files, "
+                f"cursor {run.cursor_to}"
+            )
+    except (ConfigError, SourceSchemaError):
+        raise
+    except Exception as e:
+        _record_failure(store, table.name, "mysql", e)
+        raise
+    if skipped:
+        context.log.warning(f"{table.name}: row limit reached; not read: {', '.join(skipped)}")
+    return BackupOutput(
+        table.name, runs, bound, found, time.monotonic() - t0, spark_seconds, skipped
+    )
+
+
+def _record_failure(store, table: str, stage: str, error: Exception) -> None:
+    """Mark the stage failed in the watermark; never let this hide the original error."""
+
+    def mark(rec: WatermarkRecord) -> None:
+        setattr(rec, f"{stage}_status", "failed")
+        rec.last_error = f"{type(error).__name__}: {error}"[:2000]
+
+    with contextlib.suppress(Exception):  # the original error is what the operator needs
+        store.update(table, mark)
+
+
+def build_table_assets(table: TableConfig) -> list[dg.AssetsDefinition]:
+    """The asset pair of one table."""
+    pdef = partitions_def(table)
+    tags = {TABLE_TAG: table.name}
+
+    @dg.asset(
+        key=asset_key(table, "s3_parquet"),
+        partitions_def=pdef,
+        backfill_policy=dg.BackfillPolicy.single_run(),
+        io_manager_key=IO_MANAGER_KEY,
+        group_name=group_name(table),
+        kinds={"mysql", "spark", "s3", "parquet"},
+        pool=pool_name(table),
+        op_tags=tags,
+        description=(
+            f"MySQL `{table.name}` copied incrementally to S3 parquet, keyed on "
+            f"({table.cursor}, primary key), partitioned {table.partition}."
+        ),
+    )
+    def s3_parquet(
+        context: dg.AssetExecutionContext,
+        config: BackupConfig,
+        mysql: MySQLResource,
+        s3: S3Resource,
+        spark: SparkResource,
+    ) -> BackupOutput:
+        return run_backup(context, table, mysql, s3, spark, config.limit)
+
+    from s3rs_assets.load_stage import build_redshift_asset
+
+    return [s3_parquet, *build_redshift_asset(table, s3_parquet, pdef)]
+
+
+def build_sync_job(table: TableConfig) -> "dg.JobDefinition":
+    return dg.define_asset_job(
+        job_name(table),
+        selection=dg.AssetSelection.assets(
+            asset_key(table, "s3_parquet"), asset_key(table, "redshift_table")
+        ),
+        partitions_def=partitions_def(table),
+        tags={TABLE_TAG: table.name},
+        description=f"Both stages of {table.name}: MySQL -> S3 -> Redshift.",
+    )

@@ -1,0 +1,121 @@
+"""The (cursor, primary key) keyset: predicates, chunk plans and S3 key tokens.
+
+A table's position is a row's `(c, pk)` tuple, compared lexicographically. Extraction of a
+chunk reads exactly the rows with `start < (c, pk) <= end`, where `end` is the N-th row
+after `start` found beforehand by an index-only query; so the rows of a chunk are known
+before they are read, can be split into disjoint sub-ranges read in parallel, and a crash
+re-reads at most the chunk in flight. A plain `c > watermark` would lose every row sharing
+the boundary timestamp; `(c, pk) > (c0, pk0)` loses none.
+
+A `Position` with `pk=None` stands for "before every row at `c`" (the start of a
+partition window), so `after()` becomes `c >= c0`.
+
+All predicates are SQL text with literals escaped by pymysql (identifiers validated and
+quoted by `identifiers`), because Spark's JDBC `predicates` take text, not parameters.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from datetime import date, datetime
+from decimal import Decimal
+from typing import Any
+
+from pymysql.converters import escape_item
+
+from s3rs_assets.identifiers import mysql_quote
+from s3rs_assets.watermark import Position
+
+
+def literal(value: Any) -> str:
+    """A MySQL literal for a cursor or key value."""
+    if isinstance(value, datetime):
+        return f"'{value:%Y-%m-%d %H:%M:%S.%f}'"
+    if isinstance(value, date):
+        return f"'{value:%Y-%m-%d}'"
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int | Decimal):
+        return str(value)
+    return escape_item(value, "utf8mb4")
+
+
+@dataclass(frozen=True)
+class KeyColumns:
+    """The cursor column followed by the primary-key columns, as quoted SQL names."""
+
+    cursor: str
+    pk: tuple[str, ...]
+
+    @property
+    def names(self) -> list[str]:
+        return [self.cursor, *self.pk]
+
+    @property
+    def quoted(self) -> list[str]:
+        return [mysql_quote(n) for n in self.names]
+
+    @property
+    def order_by(self) -> str:
+        return ", ".join(self.quoted)
+
+
+def _lex(cols: list[str], vals: list[Any], strict: bool) -> str:
+    """(cols) > (vals) when strict, else (cols) <= (vals), expanded so indexes are used."""
+    head, *rest = cols
+    v = literal(vals[0])
+    if not rest:
+        return f"{head} > {v}" if strict else f"{head} <= {v}"
+    inner = _lex(rest, vals[1:], strict)
+    op = ">" if strict else "<"
+    return f"({head} {op} {v} OR ({head} = {v} AND ({inner})))"
+
+
+def after(pos: Position, keys: KeyColumns) -> str:
+    """Rows strictly after `pos` (or from `pos.c` on, when `pos.pk` is None)."""
+    q = keys.quoted
+    if pos.pk is None:
+        return f"{q[0]} >= {literal(pos.c)}"
+    return _lex(q, [pos.c, *pos.pk], strict=True)
+
+
+def at_or_before(pos: Position, keys: KeyColumns) -> str:
+    """Rows up to and including `pos`."""
+    return _lex(keys.quoted, [pos.c, *pos.pk], strict=False)
+
+
+def below(upper: datetime, keys: KeyColumns) -> str:
+    return f"{keys.quoted[0]} < {literal(upper)}"
+
+
+@dataclass(frozen=True)
+class SubRange:
+    """Rows in (start, end]; `rows` is how many the index said there are."""
+
+    start: Position
+    end: Position
+    rows: int
+
+    def predicate(self, keys: KeyColumns) -> str:
+        return f"{after(self.start, keys)} AND {at_or_before(self.end, keys)}"
+
+
+@dataclass(frozen=True)
+class ChunkPlan:
+    start: Position
+    end: Position
+    rows: int
+    ranges: tuple[SubRange, ...]
+
+
+def position_token(pos: Position) -> str:
+    """A deterministic, S3-safe name for a position (used in object keys)."""
+    ts = f"{pos.c:%Y%m%dT%H%M%S%f}"
+    if pos.pk is None:
+        return f"{ts}_start"
+    if all(isinstance(v, int) and v >= 0 for v in pos.pk):
+        return f"{ts}_" + "-".join(str(v) for v in pos.pk)
+    digest = hashlib.sha1(json.dumps(pos.pk, default=str).encode()).hexdigest()[:16]
+    return f"{ts}_h{digest}"

@@ -1,0 +1,38 @@
+"""The Definitions object, built from the table list (S3RS_TABLES, default tables.yaml)."""
+
+from __future__ import annotations
+
+import os
+
+import dagster as dg
+
+from s3rs_assets.assets import build_sync_job, build_table_assets
+from s3rs_assets.config import load_tables
+from s3rs_assets.io_manager import S3RSIOManager
+from s3rs_assets.resources import DEFAULT_JDBC_JARS, MySQLResource, S3Resource, SparkResource
+
+
+def build_definitions() -> dg.Definitions:
+    tables = load_tables()
+    s3 = S3Resource(
+        bucket=dg.EnvVar("S3RS_S3_BUCKET"),
+        prefix=os.environ.get("S3RS_S3_PREFIX", "s3rs"),
+    )
+    return dg.Definitions(
+        assets=[a for t in tables for a in build_table_assets(t)],
+        jobs=[build_sync_job(t) for t in tables],
+        resources={
+            "mysql": MySQLResource(url=dg.EnvVar("S3RS_MYSQL_URL")),
+            "s3": s3,
+            "spark": SparkResource(
+                master=os.environ.get("S3RS_SPARK_MASTER", "local[*]"),
+                jars=os.environ.get("S3RS_SPARK_JARS", DEFAULT_JDBC_JARS),
+            ),
+            "s3rs_io_manager": S3RSIOManager(s3=s3),
+        },
+        # Every step of a run in one process: one SparkSession per run, not per step.
+        executor=dg.in_process_executor,
+    )
+
+
+defs = build_definitions()

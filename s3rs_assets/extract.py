@@ -1,0 +1,364 @@
+"""Stage 1: MySQL -> S3 parquet, read and written by Spark.
+
+Per partition window [start, end) and per run:
+
+1. The safety bound `upper` is taken once, on the MySQL clock, before any chunk is planned
+   (source.safety_bound); nothing at or above it is read this run.
+2. The next chunk is planned from the partition's cursor with an index-only query: its end
+   is the (c, pk) of its N-th row, and the seams split it into `parallelism` disjoint
+   sub-ranges (source.plan_chunk).
+3. Spark reads the sub-ranges over JDBC, one predicate per task, and each task writes its
+   rows as one parquet object straight to S3 (pyarrow + boto3, Content-MD5 checked by S3),
+   under a key that depends only on (table, partition, sub-range start): a re-read chunk
+   overwrites its own files instead of adding new ones.
+4. The driver checks every object (size and ETag == MD5 of what the task wrote) and only
+   then moves the partition's cursor to the chunk's end, compare-and-swap (checkpoint).
+
+A crash anywhere loses at most the chunk in flight, which the next run re-reads. A
+partition is `complete` once it has been read up to its window end and the bound was past
+that end; re-materializing a complete partition reads its window again (a backfill).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import pyarrow as pa
+
+from s3rs_assets.cursor import ChunkPlan, position_token
+from s3rs_assets.errors import IntegrityError, WatermarkConflict
+from s3rs_assets.source import SourceTable, plan_chunk
+from s3rs_assets.types import arrow_schema
+from s3rs_assets.watermark import FileEntry, PartitionState, Position, WatermarkRecord
+
+MANIFEST_SCHEMA = pa.schema(
+    [
+        ("part", pa.int32()),
+        ("key", pa.string()),
+        ("rows", pa.int64()),
+        ("bytes", pa.int64()),
+        ("md5", pa.string()),
+        ("cursor_min", pa.timestamp("us")),
+        ("cursor_max", pa.timestamp("us")),
+    ]
+)
+FETCH_SIZE = 10_000
+
+
+@dataclass(frozen=True)
+class WriteSpec:
+    """Everything a Spark task needs to write its file; plain data, pickled to executors."""
+
+    bucket: str
+    keys: tuple[str, ...]  # object key per task (partition index)
+    schema_ipc: bytes  # target Arrow schema, serialized
+    cursor: str
+    s3: dict[str, Any]  # boto3 client kwargs incl. credentials: never logged
+
+
+def _client(cfg: dict[str, Any]) -> Any:
+    import boto3
+    from botocore.config import Config
+
+    kw = dict(cfg)
+    attempts = kw.pop("max_attempts", 6)
+    return boto3.client(
+        "s3", config=Config(retries={"mode": "standard", "max_attempts": attempts}), **kw
+    )
+
+
+def write_task(spec: WriteSpec) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The mapInArrow function: buffer this task's rows, write one parquet object, report it."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+        from pyspark import TaskContext
+
+        part = TaskContext.get().partitionId()
+        schema = pa.ipc.read_schema(pa.py_buffer(spec.schema_ipc))
+        batches = [b for b in batches if b.num_rows]
+        if not batches:
+            return
+        table = pa.Table.from_batches(batches)
+        table = pa.table([table.column(f.name).cast(f.type) for f in schema], schema=schema)
+        buf = io.BytesIO()
+        pq.write_table(table, buf, compression="snappy", row_group_size=131_072)
+        body = buf.getvalue()
+        digest = hashlib.md5(body)
+        key = spec.keys[part]
+        client = _client(spec.s3)
+        resp = client.put_object(
+            Bucket=spec.bucket,
+            Key=key,
+            Body=body,
+            ContentMD5=base64.b64encode(digest.digest()).decode(),
+            ContentType="application/vnd.apache.parquet",
+        )
+        if resp["ETag"].strip('"') != digest.hexdigest():
+            raise IntegrityError(f"S3 ETag of {key} does not match the MD5 of the file written")
+        cursor = table.column(spec.cursor)
+        yield pa.RecordBatch.from_pydict(
+            {
+                "part": [part],
+                "key": [key],
+                "rows": [table.num_rows],
+                "bytes": [len(body)],
+                "md5": [digest.hexdigest()],
+                "cursor_min": [pc.min(cursor).as_py()],
+                "cursor_max": [pc.max(cursor).as_py()],
+            },
+            schema=MANIFEST_SCHEMA,
+        )
+
+    return run
+
+
+@dataclass
+class ChunkResult:
+    plan: ChunkPlan
+    files: list[FileEntry]
+    rows_read: int
+    seconds: float
+
+
+class Extractor:
+    """Reads chunks of one table with Spark and writes them to S3."""
+
+    def __init__(self, *, spark: Any, mysql: Any, s3: Any, src: SourceTable, table_name: str):
+        self.spark = spark
+        self.mysql = mysql
+        self.s3 = s3
+        self.src = src
+        self.table_name = table_name
+        self.schema = arrow_schema(src.columns)
+        self._spark_schema = None
+
+    def data_prefix(self, partition_key: str) -> str:
+        return self.s3.key("data", self.src.schema, self.src.table, partition_key)
+
+    def object_key(self, partition_key: str, start: Position) -> str:
+        return f"{self.data_prefix(partition_key)}/part-{position_token(start)}.parquet"
+
+    def read_chunk(self, plan: ChunkPlan, partition_key: str) -> ChunkResult:
+        t0 = time.monotonic()
+        keys = self.src.keys
+        predicates = [r.predicate(keys) for r in plan.ranges]
+        object_keys = tuple(self.object_key(partition_key, r.start) for r in plan.ranges)
+        props = dict(self.mysql.jdbc_properties())
+        props["fetchsize"] = str(FETCH_SIZE)
+        subquery = f"(SELECT {self.src.select_list()} FROM {self.src.qualified}) AS s3rs_src"
+        df = self.spark.read.jdbc(
+            self.mysql.jdbc_url(), subquery, predicates=predicates, properties=props
+        )
+        spec = WriteSpec(
+            bucket=self.s3.bucket,
+            keys=object_keys,
+            schema_ipc=self.schema.serialize().to_pybytes(),
+            cursor=self.src.cursor,
+            s3=self.s3.task_config(),
+        )
+        manifest = df.mapInArrow(write_task(spec), _spark_manifest_schema()).collect()
+        files = [
+            FileEntry(
+                key=r["key"],
+                rows=r["rows"],
+                bytes=r["bytes"],
+                md5=r["md5"],
+                cursor_min=r["cursor_min"],
+                cursor_max=r["cursor_max"],
+            )
+            for r in sorted(manifest, key=lambda r: r["part"])
+        ]
+        self.verify(files)
+        rows = sum(f.rows for f in files)
+        return ChunkResult(plan, files, rows, time.monotonic() - t0)
+
+    def verify(self, files: list[FileEntry]) -> None:
+        """Independent check from the driver: each object is there with the size and MD5
+        its task reported, before the cursor may move past it."""
+        client = self.s3.client()
+        for f in files:
+            head = client.head_object(Bucket=self.s3.bucket, Key=f.key)
+            if head["ContentLength"] != f.bytes or head["ETag"].strip('"') != f.md5:
+                raise IntegrityError(
+                    f"{f.key}: S3 has {head['ContentLength']} bytes / ETag {head['ETag']}, "
+                    f"the task wrote {f.bytes} bytes / MD5 {f.md5}"
+                )
+
+
+def _spark_manifest_schema() -> Any:
+    from pyspark.sql.types import (
+        IntegerType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampNTZType,
+    )
+
+    return StructType(
+        [
+            StructField("part", IntegerType()),
+            StructField("key", StringType()),
+            StructField("rows", LongType()),
+            StructField("bytes", LongType()),
+            StructField("md5", StringType()),
+            StructField("cursor_min", TimestampNTZType()),
+            StructField("cursor_max", TimestampNTZType()),
+        ]
+    )
+
+
+@dataclass
+class PartitionRun:
+    """What one run did to one partition."""
+
+    partition_key: str
+    window_start: datetime
+    window_end: datetime
+    cursor_from: Position | None
+    cursor_to: Position | None = None
+    status: str = "partial"
+    rows: int = 0
+    files: list[FileEntry] = field(default_factory=list)
+    chunks: int = 0
+    seconds: float = 0.0
+    recomputed: bool = False
+    expected_rows: int = 0
+
+
+def backup_partition(
+    ex: Extractor,
+    store: Any,
+    *,
+    partition_key: str,
+    window: tuple[datetime, datetime],
+    upper: datetime,
+    chunk_rows: int,
+    parallelism: int,
+    run_id: str | None,
+    row_budget: int | None = None,
+    log: Callable[[str], None] = lambda _m: None,
+    on_chunk: Callable[[PartitionRun, ChunkResult], None] | None = None,
+) -> PartitionRun:
+    """Read one partition window from its cursor up to min(window end, upper)."""
+    t0 = time.monotonic()
+    start, end = window
+    table = ex.table_name
+    record = store.read(table) or WatermarkRecord.new(table)
+    prior = record.partitions.get(partition_key)
+    recompute = prior is not None and prior.status == "complete"
+    if prior is None or recompute:
+        seen = _signature(prior)
+        pos = Position(c=start, pk=None)
+    else:
+        seen = _signature(prior)
+        pos = prior.cursor or Position(c=start, pk=None)
+    run = PartitionRun(
+        partition_key, start, end, prior.cursor if prior else None, recomputed=recompute
+    )
+    hi = min(end, upper)
+    first_write = True
+    with ex.mysql.connect() as conn:
+        while True:
+            n = chunk_rows if row_budget is None else min(chunk_rows, row_budget - run.rows)
+            if n <= 0:
+                break
+            plan = plan_chunk(conn, ex.src, pos, hi, n, parallelism)
+            if plan is None:
+                break
+            result = ex.read_chunk(plan, partition_key)
+            if result.rows_read != plan.rows:
+                log(
+                    f"{table} {partition_key}: chunk planned {plan.rows} rows, read "
+                    f"{result.rows_read} (rows changed while reading; they are picked up by "
+                    "their new cursor value)"
+                )
+            reset = first_write and (recompute or prior is None)
+
+            def change(
+                rec: WatermarkRecord,
+                plan: ChunkPlan = plan,
+                res: ChunkResult = result,
+                reset: bool = reset,
+                seen: tuple = seen,
+            ) -> None:
+                cur = rec.partitions.get(partition_key)
+                if _signature(cur) != seen and _signature(cur) != (plan.end.key(), "partial"):
+                    raise WatermarkConflict(
+                        f"{table} partition {partition_key} was changed by another run "
+                        f"(cursor now {cur.cursor if cur else None}); stopping without "
+                        "overwriting its progress"
+                    )
+                if reset or cur is None:
+                    cur = PartitionState(
+                        window_start=start,
+                        window_end=end,
+                        recomputes=(prior.recomputes + 1) if recompute else 0,
+                    )
+                names = {f.key for f in res.files}
+                cur.files = [f for f in cur.files if f.key not in names] + res.files
+                cur.cursor = plan.end
+                cur.status = "partial"
+                cur.run_id = run_id
+                cur.updated_at = datetime.utcnow()
+                rec.partitions[partition_key] = cur
+
+            store.update(table, change)
+            seen = (plan.end.key(), "partial")
+            first_write = False
+            pos = plan.end
+            run.rows += result.rows_read
+            run.files.extend(result.files)
+            run.chunks += 1
+            run.expected_rows += plan.rows
+            log(
+                f"{table} {partition_key}: chunk {run.chunks} {result.rows_read} rows in "
+                f"{result.seconds:.1f}s, cursor -> {plan.end}"
+            )
+            if on_chunk:
+                on_chunk(run, result)
+            if plan.rows < n:
+                break
+    finished = (row_budget is None or run.rows < row_budget) and upper >= end
+    exhausted = row_budget is None or run.rows < row_budget
+
+    def close(rec: WatermarkRecord) -> None:
+        cur = rec.partitions.get(partition_key)
+        if _signature(cur) != seen:
+            raise WatermarkConflict(
+                f"{table} partition {partition_key} was changed by another run; not closing it"
+            )
+        if cur is None or (first_write and recompute):
+            cur = PartitionState(
+                window_start=start,
+                window_end=end,
+                recomputes=(prior.recomputes + 1) if recompute else 0,
+            )
+            if recompute and first_write:
+                cur.cursor = None
+        cur.status = "complete" if finished and exhausted else "partial"
+        cur.run_id = run_id
+        cur.updated_at = datetime.utcnow()
+        rec.partitions[partition_key] = cur
+
+    final = store.update(table, close).partitions[partition_key]
+    run.status = final.status
+    run.cursor_to = final.cursor
+    run.seconds = time.monotonic() - t0
+    return run
+
+
+def _signature(state: PartitionState | None) -> tuple:
+    """What identifies a partition's progress for compare-and-swap merging."""
+    if state is None:
+        return (None, None)
+    return (state.cursor.key() if state.cursor else None, state.status)

@@ -1,0 +1,132 @@
+"""The IO manager between the two stages: watermark -> asset metadata + S3 mirror.
+
+`s3_parquet` returns a `BackupOutput` (what each partition run did); the chunk-level
+checkpoints are already in the watermark store by then, so `handle_output` closes the
+MySQL side of the record (status, extraction time) and turns it into materialization
+metadata, including the whole record as JSON so that the event log is one more place a
+lost watermark can be recovered from. `redshift_table` asks `load_input` for the files of
+its partitions, read from the same record.
+"""
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import dagster as dg
+
+from s3rs_assets.extract import PartitionRun
+from s3rs_assets.resources import S3Resource
+from s3rs_assets.source import Anomalies, SafetyBound
+from s3rs_assets.watermark import FileEntry, WatermarkRecord, iso, utcnow
+from s3rs_assets.watermark_store import WatermarkStore
+
+WATERMARK_METADATA_KEY = "s3rs/watermark"
+
+
+@dataclass
+class BackupOutput:
+    table: str
+    runs: list[PartitionRun]
+    bound: SafetyBound
+    anomalies: Anomalies
+    seconds: float
+    spark_seconds: float = 0.0
+    skipped: list[str] = field(default_factory=list)
+
+
+@dataclass
+class LoadOutput:
+    table: str
+    partitions: dict[str, dict[str, Any]]  # partition -> ledger files/rows and load stats
+    seconds: float
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+def store_for(s3: S3Resource, run_id: str | None = None) -> WatermarkStore:
+    return WatermarkStore(s3.client(), s3.bucket, s3.prefix, session_id=run_id)
+
+
+def backup_metadata(out: BackupOutput, record: WatermarkRecord) -> dict[str, Any]:
+    rows = sum(r.rows for r in out.runs)
+    files = [f for r in out.runs for f in r.files]
+    first = next((r.cursor_from for r in out.runs if r.cursor_from), None)
+    last = next((r.cursor_to for r in reversed(out.runs) if r.cursor_to), None)
+    statuses = {r.partition_key: r.status for r in out.runs}
+    per_partition = {
+        r.partition_key: {
+            "status": r.status,
+            "rows": r.rows,
+            "files": len(r.files),
+            "chunks": r.chunks,
+            "cursor_from": str(r.cursor_from) if r.cursor_from else None,
+            "cursor_to": str(r.cursor_to) if r.cursor_to else None,
+            "recomputed": r.recomputed,
+            "partition_rows_total": record.partitions[r.partition_key].rows
+            if r.partition_key in record.partitions
+            else 0,
+        }
+        for r in out.runs
+    }
+    complete = all(s == "complete" for s in statuses.values()) and not out.skipped
+    return {
+        "rows": dg.MetadataValue.int(rows),
+        "files": dg.MetadataValue.int(len(files)),
+        "bytes": dg.MetadataValue.int(sum(f.bytes for f in files)),
+        "cursor_from": dg.MetadataValue.text(str(first) if first else "window start"),
+        "cursor_to": dg.MetadataValue.text(str(last) if last else "-"),
+        "seconds": dg.MetadataValue.float(round(out.seconds, 3)),
+        "spark_startup_seconds": dg.MetadataValue.float(round(out.spark_seconds, 3)),
+        "rows_per_second": dg.MetadataValue.float(
+            round(rows / out.seconds, 1) if out.seconds > 0 else 0.0
+        ),
+        "status": dg.MetadataValue.text("complete" if complete else "partial"),
+        "partitions": dg.MetadataValue.json(per_partition),
+        "skipped_partitions": dg.MetadataValue.json(out.skipped),
+        **{k: dg.MetadataValue.int(v) for k, v in out.anomalies.metadata().items()},
+        "safety_bound": dg.MetadataValue.json(out.bound.metadata()),
+        "written_files": dg.MetadataValue.json([f.key for f in files]),
+        "table_rows_extracted": dg.MetadataValue.int(record.mysql_rows_extracted),
+        "table_s3_file_count": dg.MetadataValue.int(record.s3_file_count),
+        "last_mysql_data_timestamp": dg.MetadataValue.text(
+            iso(record.last_mysql_data_timestamp) or "-"
+        ),
+        WATERMARK_METADATA_KEY: dg.MetadataValue.json(record.model_dump(mode="json")),
+    }
+
+
+class S3RSIOManager(dg.ConfigurableIOManager):
+    """Persists each stage's side of the watermark and hands the load stage its files."""
+
+    s3: S3Resource
+
+    def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
+        store = store_for(self.s3, context.run_id)
+        if isinstance(obj, BackupOutput):
+
+            def close(rec: WatermarkRecord) -> None:
+                rec.mysql_status = "success"
+                rec.last_mysql_extraction_time = utcnow()
+                rec.last_error = None
+
+            record = store.update(obj.table, close)
+            context.add_output_metadata(backup_metadata(obj, record))
+        elif isinstance(obj, LoadOutput):
+            from s3rs_assets.load_stage import close_load
+
+            record = store.update(obj.table, lambda rec: close_load(rec, obj))
+            context.add_output_metadata(
+                {
+                    **obj.metadata,
+                    WATERMARK_METADATA_KEY: dg.MetadataValue.json(record.model_dump(mode="json")),
+                }
+            )
+        else:
+            raise TypeError(f"s3rs IO manager cannot store {type(obj).__name__}")
+
+    def load_input(self, context: dg.InputContext) -> dict[str, list[FileEntry]]:
+        """Files of the upstream partitions, from the watermark's manifests."""
+        table = ".".join(context.asset_key.path[:2])
+        record = store_for(self.s3).read(table)
+        keys = context.asset_partition_keys if context.has_asset_partitions else []
+        if record is None:
+            return {k: [] for k in keys}
+        return {k: list(record.partitions[k].files) if k in record.partitions else [] for k in keys}

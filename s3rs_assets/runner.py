@@ -1,0 +1,99 @@
+"""Launching syncs through Dagster from Python (the CLI, the demo, tests).
+
+Runs go through `execute_job` on the job reconstructed from `s3rs_assets.definitions`, in
+this process: they are recorded in the Dagster instance (so they show in the UI with their
+metadata), and several tables synced by one command share one SparkSession.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import dagster as dg
+from dagster._core.definitions.reconstruct import ReconstructableJob, ReconstructableRepository
+from dagster._core.storage.tags import (
+    ASSET_PARTITION_RANGE_END_TAG,
+    ASSET_PARTITION_RANGE_START_TAG,
+)
+
+from s3rs_assets.assets import TABLE_TAG, asset_key, job_name
+from s3rs_assets.config import TableConfig
+from s3rs_assets.errors import ConfigError
+from s3rs_assets.partitions import partition_keys
+from s3rs_assets.watermark import WatermarkRecord
+
+DEFINITIONS_MODULE = "s3rs_assets.definitions"
+
+
+def first_incomplete(table: TableConfig, record: WatermarkRecord | None, stage: str) -> str:
+    """The first partition a sync of `stage` ("backup" or "load") has work in."""
+    keys = partition_keys(table)
+    if record is None:
+        return keys[0]
+    for key in keys:
+        state = record.partitions.get(key)
+        if stage == "backup" and (state is None or state.status != "complete"):
+            return key
+        if stage == "load" and state is not None:
+            loaded = (
+                set(record.loaded_partitions[key].files)
+                if key in (record.loaded_partitions)
+                else set()
+            )
+            if any(f.key not in loaded for f in state.files) or state.status != "complete":
+                return key
+    return keys[-1]
+
+
+@dataclass
+class SyncPlan:
+    table: TableConfig
+    stages: tuple[str, ...]
+    start: str
+    end: str
+
+    @property
+    def selection(self) -> list[dg.AssetKey]:
+        names = {"backup": "s3_parquet", "load": "redshift_table"}
+        return [asset_key(self.table, names[s]) for s in self.stages]
+
+
+def plan_sync(
+    table: TableConfig, record: WatermarkRecord | None, stages: tuple[str, ...]
+) -> SyncPlan:
+    keys = partition_keys(table)
+    starts = [first_incomplete(table, record, s) for s in stages]
+    return SyncPlan(table, stages, min(starts, key=keys.index), keys[-1])
+
+
+def instance() -> dg.DagsterInstance:
+    if not os.environ.get("DAGSTER_HOME"):
+        raise ConfigError(
+            "DAGSTER_HOME is not set: point it at the Dagster instance directory the UI uses "
+            "(the demo uses .local/dagster_home; `source scripts/env.sh` sets it)"
+        )
+    return dg.DagsterInstance.get()
+
+
+def execute(
+    plan: SyncPlan,
+    inst: dg.DagsterInstance,
+    limit: int | None = None,
+    extra_tags: dict[str, str] | None = None,
+) -> dg.ExecuteJobResult:
+    repo = ReconstructableRepository.for_module(DEFINITIONS_MODULE, "defs", os.getcwd())
+    recon = ReconstructableJob(repo, job_name(plan.table))
+    run_config = {}
+    if limit is not None and "backup" in plan.stages:
+        op = "__".join(asset_key(plan.table, "s3_parquet").path)
+        run_config = {"ops": {op: {"config": {"limit": limit}}}}
+    tags = {
+        ASSET_PARTITION_RANGE_START_TAG: plan.start,
+        ASSET_PARTITION_RANGE_END_TAG: plan.end,
+        TABLE_TAG: plan.table.name,
+        **(extra_tags or {}),
+    }
+    return dg.execute_job(
+        recon, instance=inst, run_config=run_config, tags=tags, asset_selection=plan.selection
+    )
