@@ -73,7 +73,9 @@ def run_backup(
     t_spark = time.monotonic()
     session = spark.session()
     spark_seconds = time.monotonic() - t_spark
-    ex = Extractor(spark=session, mysql=mysql, s3=s3, src=src, table_name=table.name)
+    ex = Extractor(
+        spark=session, mysql=mysql, s3=s3, src=src, table_name=table.name, reader=table.reader
+    )
     runs, skipped = [], []
     remaining = limit
     try:

@@ -48,6 +48,7 @@ _KNOWN_KEYS = {
     "lag",
     "target",
     "parallelism",
+    "reader",
 }
 
 
@@ -88,6 +89,7 @@ class TableConfig:
     lag: timedelta = timedelta(minutes=5)
     target: str = ""
     parallelism: int = 2
+    reader: Literal["connectorx", "jdbc"] = "connectorx"
 
     @property
     def schema(self) -> str:
@@ -149,6 +151,11 @@ class TableConfig:
             or not 1 <= parallelism <= 64
         ):
             raise ConfigError(f"table {name}: parallelism must be an integer from 1 to 64")
+        reader = raw.get("reader", "connectorx")
+        if reader not in ("connectorx", "jdbc"):
+            raise ConfigError(
+                f"table {name}: reader must be 'connectorx' or 'jdbc', not {reader!r}"
+            )
         target = raw.get("target") or name
         split_qualified(target, f"table {name}: target")
         return cls(
@@ -161,6 +168,7 @@ class TableConfig:
             lag=parse_duration(raw.get("lag", "5m"), f"table {name}: lag"),
             target=target,
             parallelism=parallelism,
+            reader=reader,
         )
 
 

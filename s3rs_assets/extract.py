@@ -26,14 +26,14 @@ import hashlib
 import io
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
 import pyarrow as pa
 
 from s3rs_assets.cursor import ChunkPlan, position_token
-from s3rs_assets.errors import IntegrityError, WatermarkConflict
+from s3rs_assets.errors import ConfigError, IntegrityError, WatermarkConflict
 from s3rs_assets.source import SourceTable, plan_chunk
 from s3rs_assets.types import arrow_schema
 from s3rs_assets.watermark import FileEntry, PartitionState, Position, WatermarkRecord
@@ -50,17 +50,21 @@ MANIFEST_SCHEMA = pa.schema(
     ]
 )
 FETCH_SIZE = 10_000
+#: How a Spark task reads its sub-range: connectorx (Rust, to Arrow) or Spark's JDBC source.
+READERS = ("connectorx", "jdbc")
 
 
 @dataclass(frozen=True)
 class WriteSpec:
-    """Everything a Spark task needs to write its file; plain data, pickled to executors."""
+    """Everything a Spark task needs to write its files; plain data, pickled to executors."""
 
     bucket: str
-    keys: tuple[str, ...]  # object key per task (partition index)
     schema_ipc: bytes  # target Arrow schema, serialized
     cursor: str
     s3: dict[str, Any]  # boto3 client kwargs incl. credentials: never logged
+    keys: tuple[str, ...] = ()  # jdbc: object key per Spark partition
+    source_url: str = ""  # connectorx: mysql:// URL incl. password: never logged
+    select: str = ""  # connectorx: "SELECT ... FROM ... WHERE " to which a predicate is added
 
 
 def _client(cfg: dict[str, Any]) -> Any:
@@ -74,49 +78,81 @@ def _client(cfg: dict[str, Any]) -> Any:
     )
 
 
-def write_task(spec: WriteSpec) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The mapInArrow function: buffer this task's rows, write one parquet object, report it."""
+def store_object(
+    table: pa.Table, key: str, part: int, spec: WriteSpec, client: Any
+) -> pa.RecordBatch:
+    """Cast to the table's Arrow schema, write one parquet object, upload it with its
+    Content-MD5 (S3 rejects a corrupted body) and return its manifest row."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    schema = pa.ipc.read_schema(pa.py_buffer(spec.schema_ipc))
+    # cast() refuses lossy conversions (e.g. a decimal that would need rounding)
+    table = pa.table([table.column(f.name).cast(f.type) for f in schema], schema=schema)
+    buf = io.BytesIO()
+    pq.write_table(table, buf, compression="snappy", row_group_size=131_072)
+    body = buf.getvalue()
+    digest = hashlib.md5(body)
+    resp = client.put_object(
+        Bucket=spec.bucket,
+        Key=key,
+        Body=body,
+        ContentMD5=base64.b64encode(digest.digest()).decode(),
+        ContentType="application/vnd.apache.parquet",
+    )
+    if resp["ETag"].strip('"') != digest.hexdigest():
+        raise IntegrityError(f"S3 ETag of {key} does not match the MD5 of the file written")
+    cursor = table.column(spec.cursor)
+    return pa.RecordBatch.from_pydict(
+        {
+            "part": [part],
+            "key": [key],
+            "rows": [table.num_rows],
+            "bytes": [len(body)],
+            "md5": [digest.hexdigest()],
+            "cursor_min": [pc.min(cursor).as_py()],
+            "cursor_max": [pc.max(cursor).as_py()],
+        },
+        schema=MANIFEST_SCHEMA,
+    )
+
+
+def jdbc_task(spec: WriteSpec) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """mapInArrow over the JDBC read: one Spark partition = one sub-range = one object."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        import pyarrow.compute as pc
-        import pyarrow.parquet as pq
         from pyspark import TaskContext
 
         part = TaskContext.get().partitionId()
-        schema = pa.ipc.read_schema(pa.py_buffer(spec.schema_ipc))
         batches = [b for b in batches if b.num_rows]
-        if not batches:
-            return
-        table = pa.Table.from_batches(batches)
-        table = pa.table([table.column(f.name).cast(f.type) for f in schema], schema=schema)
-        buf = io.BytesIO()
-        pq.write_table(table, buf, compression="snappy", row_group_size=131_072)
-        body = buf.getvalue()
-        digest = hashlib.md5(body)
-        key = spec.keys[part]
-        client = _client(spec.s3)
-        resp = client.put_object(
-            Bucket=spec.bucket,
-            Key=key,
-            Body=body,
-            ContentMD5=base64.b64encode(digest.digest()).decode(),
-            ContentType="application/vnd.apache.parquet",
-        )
-        if resp["ETag"].strip('"') != digest.hexdigest():
-            raise IntegrityError(f"S3 ETag of {key} does not match the MD5 of the file written")
-        cursor = table.column(spec.cursor)
-        yield pa.RecordBatch.from_pydict(
-            {
-                "part": [part],
-                "key": [key],
-                "rows": [table.num_rows],
-                "bytes": [len(body)],
-                "md5": [digest.hexdigest()],
-                "cursor_min": [pc.min(cursor).as_py()],
-                "cursor_max": [pc.max(cursor).as_py()],
-            },
-            schema=MANIFEST_SCHEMA,
-        )
+        if batches:
+            table = pa.Table.from_batches(batches)
+            yield store_object(table, spec.keys[part], part, spec, _client(spec.s3))
+
+    return run
+
+
+def connectorx_task(
+    spec: WriteSpec,
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """mapInArrow over the list of sub-ranges: each task reads its sub-ranges with
+    connectorx (Rust, straight to Arrow) and writes one object per sub-range."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import connectorx as cx
+
+        client = None
+        for batch in batches:
+            for part, predicate, key in zip(
+                batch.column("part").to_pylist(),
+                batch.column("predicate").to_pylist(),
+                batch.column("key").to_pylist(),
+                strict=True,
+            ):
+                table = cx.read_sql(spec.source_url, spec.select + predicate, return_type="arrow")
+                if table.num_rows:
+                    client = client or _client(spec.s3)
+                    yield store_object(table, key, part, spec, client)
 
     return run
 
@@ -132,14 +168,25 @@ class ChunkResult:
 class Extractor:
     """Reads chunks of one table with Spark and writes them to S3."""
 
-    def __init__(self, *, spark: Any, mysql: Any, s3: Any, src: SourceTable, table_name: str):
+    def __init__(
+        self,
+        *,
+        spark: Any,
+        mysql: Any,
+        s3: Any,
+        src: SourceTable,
+        table_name: str,
+        reader: str = "connectorx",
+    ):
+        if reader not in READERS:
+            raise ConfigError(f"unknown reader {reader!r}: use one of {', '.join(READERS)}")
+        self.reader = reader
         self.spark = spark
         self.mysql = mysql
         self.s3 = s3
         self.src = src
         self.table_name = table_name
         self.schema = arrow_schema(src.columns)
-        self._spark_schema = None
 
     def data_prefix(self, partition_key: str) -> str:
         return self.s3.key("data", self.src.schema, self.src.table, partition_key)
@@ -152,20 +199,31 @@ class Extractor:
         keys = self.src.keys
         predicates = [r.predicate(keys) for r in plan.ranges]
         object_keys = tuple(self.object_key(partition_key, r.start) for r in plan.ranges)
-        props = dict(self.mysql.jdbc_properties())
-        props["fetchsize"] = str(FETCH_SIZE)
-        subquery = f"(SELECT {self.src.select_list()} FROM {self.src.qualified}) AS s3rs_src"
-        df = self.spark.read.jdbc(
-            self.mysql.jdbc_url(), subquery, predicates=predicates, properties=props
-        )
         spec = WriteSpec(
             bucket=self.s3.bucket,
-            keys=object_keys,
             schema_ipc=self.schema.serialize().to_pybytes(),
             cursor=self.src.cursor,
             s3=self.s3.task_config(),
+            keys=object_keys,
         )
-        manifest = df.mapInArrow(write_task(spec), _spark_manifest_schema()).collect()
+        if self.reader == "connectorx":
+            spec = replace(
+                spec,
+                source_url=self.mysql.connectorx_url(),
+                select=f"SELECT {self.src.select_list('connectorx')} FROM {self.src.qualified} WHERE ",
+            )
+            ranges = self._task_frame(
+                list(zip(range(len(predicates)), predicates, object_keys, strict=True))
+            )
+            manifest = ranges.mapInArrow(connectorx_task(spec), _spark_manifest_schema()).collect()
+        else:
+            props = dict(self.mysql.jdbc_properties())
+            props["fetchsize"] = str(FETCH_SIZE)
+            subquery = f"(SELECT {self.src.select_list()} FROM {self.src.qualified}) AS s3rs_src"
+            df = self.spark.read.jdbc(
+                self.mysql.jdbc_url(), subquery, predicates=predicates, properties=props
+            )
+            manifest = df.mapInArrow(jdbc_task(spec), _spark_manifest_schema()).collect()
         files = [
             FileEntry(
                 key=r["key"],
@@ -180,6 +238,15 @@ class Extractor:
         self.verify(files)
         rows = sum(f.rows for f in files)
         return ChunkResult(plan, files, rows, time.monotonic() - t0)
+
+    def _task_frame(self, rows: list[tuple[int, str, str]]) -> Any:
+        """One Spark partition per sub-range, without a sampling job."""
+        schema = "part int, predicate string, key string"
+        try:
+            rdd = self.spark.sparkContext.parallelize(rows, len(rows))
+        except Exception:  # Spark Connect has no SparkContext; hash-partition instead
+            return self.spark.createDataFrame(rows, schema).repartition(len(rows), "part")
+        return self.spark.createDataFrame(rdd, schema)
 
     def verify(self, files: list[FileEntry]) -> None:
         """Independent check from the driver: each object is there with the size and MD5
@@ -233,6 +300,9 @@ class PartitionRun:
     seconds: float = 0.0
     recomputed: bool = False
     expected_rows: int = 0
+    plan_seconds: float = 0.0
+    read_seconds: float = 0.0
+    checkpoint_seconds: float = 0.0
 
 
 def backup_partition(
@@ -272,10 +342,13 @@ def backup_partition(
             n = chunk_rows if row_budget is None else min(chunk_rows, row_budget - run.rows)
             if n <= 0:
                 break
+            t_plan = time.monotonic()
             plan = plan_chunk(conn, ex.src, pos, hi, n, parallelism)
+            run.plan_seconds += time.monotonic() - t_plan
             if plan is None:
                 break
             result = ex.read_chunk(plan, partition_key)
+            run.read_seconds += result.seconds
             if result.rows_read != plan.rows:
                 log(
                     f"{table} {partition_key}: chunk planned {plan.rows} rows, read "
@@ -312,7 +385,9 @@ def backup_partition(
                 cur.updated_at = datetime.utcnow()
                 rec.partitions[partition_key] = cur
 
+            t_ckpt = time.monotonic()
             store.update(table, change)
+            run.checkpoint_seconds += time.monotonic() - t_ckpt
             seen = (plan.end.key(), "partial")
             first_write = False
             pos = plan.end
@@ -322,7 +397,8 @@ def backup_partition(
             run.expected_rows += plan.rows
             log(
                 f"{table} {partition_key}: chunk {run.chunks} {result.rows_read} rows in "
-                f"{result.seconds:.1f}s, cursor -> {plan.end}"
+                f"{result.seconds:.1f}s (plan {run.plan_seconds:.2f}s, checkpoint "
+                f"{run.checkpoint_seconds:.2f}s so far), cursor -> {plan.end}"
             )
             if on_chunk:
                 on_chunk(run, result)

@@ -66,6 +66,15 @@ class MySQLResource(dg.ConfigurableResource):
         db = self.parsed.database
         return f"jdbc:mysql://{host}:{port}/{db}?permitMysqlScheme&tinyInt1isBit=true"
 
+    def connectorx_url(self) -> str:
+        """mysql:// URL for connectorx inside Spark tasks (holds the password: never log it)."""
+        from urllib.parse import quote
+
+        p = self.parsed
+        host, port = self.endpoint()
+        auth = f"{quote(p.user, safe='')}:{quote(p.password, safe='')}"
+        return f"mysql://{auth}@{host}:{port}/{quote(p.database, safe='')}"
+
     def jdbc_properties(self) -> dict[str, str]:
         p = self.parsed
         return {"user": p.user, "password": p.password, "driver": "org.mariadb.jdbc.Driver"}

@@ -43,8 +43,8 @@ class SourceTable:
     def qualified(self) -> str:
         return mysql_table(self.schema, self.table)
 
-    def select_list(self) -> str:
-        return ", ".join(select_expr(c) for c in self.columns)
+    def select_list(self, reader: str = "jdbc") -> str:
+        return ", ".join(select_expr(c, reader) for c in self.columns)
 
 
 def describe(conn: pymysql.connections.Connection, cfg: TableConfig) -> SourceTable:

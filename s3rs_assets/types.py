@@ -118,9 +118,20 @@ def column_type(col: SourceColumn) -> ColumnType:
     )
 
 
-def select_expr(col: SourceColumn) -> str:
-    """The expression the reader selects for `col`, aliased back to its own name."""
+def select_expr(col: SourceColumn, reader: str = "jdbc") -> str:
+    """The expression `reader` selects for `col`, aliased back to its own name.
+
+    JDBC gets TIME/YEAR/BIT cast so the driver cannot turn them into timestamps or dates.
+    connectorx additionally gets DECIMAL as text (it forces every decimal into one
+    precision and scale and fails on others) and zero dates as NULL (it panics on them);
+    the text is cast back to the exact DECIMAL(p,s) in Arrow, which refuses any loss.
+    """
     q = mysql_quote(col.name)
+    if reader == "connectorx":
+        if col.data_type in ("decimal", "time", "year"):
+            return f"CAST({q} AS CHAR) AS {q}"
+        if col.data_type in ("datetime", "timestamp", "date"):
+            return f"IF({q} = 0, NULL, {q}) AS {q}"
     cast = column_type(col).select_cast
     return f"CAST({q} AS {cast}) AS {q}" if cast else q
 

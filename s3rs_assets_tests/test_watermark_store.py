@@ -1,0 +1,770 @@
+"""WatermarkStore against a real moto S3 server: mirrors, CAS, retries, recovery, cleanup.
+
+Faults are injected on the real boto3 client through botocore's event system
+(`before-send.s3.PutObject` answering with a canned 412/409/503 or raising a connection
+error), so every other request still goes over HTTP to moto.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import boto3
+import pytest
+from botocore.awsrequest import AWSResponse
+from botocore.config import Config
+from botocore.exceptions import ConnectionClosedError
+
+from s3rs_assets.errors import ConfigError, WatermarkConflict, WatermarkError
+from s3rs_assets.watermark import (
+    FileEntry,
+    PartitionState,
+    Position,
+    WatermarkRecord,
+)
+from s3rs_assets.watermark_store import WatermarkStore
+
+T = "sales.orders"
+PREFIX = "s3rs"
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+class _Raw:
+    def __init__(self, body: bytes):
+        self._body = body
+
+    def stream(self, **_: Any):
+        yield self._body
+
+
+class Inject:
+    """Answer the first `times` matching S3 requests (None = all) with an error."""
+
+    def __init__(
+        self,
+        client: Any,
+        key_part: str,
+        *,
+        status: int = 412,
+        code: str = "PreconditionFailed",
+        times: int | None = 1,
+        op: str = "PutObject",
+        exc: Exception | None = None,
+    ):
+        self.key_part, self.status, self.code, self.times, self.exc = (
+            key_part,
+            status,
+            code,
+            times,
+            exc,
+        )
+        self.seen = 0
+        self.injected = 0
+        client.meta.events.register(f"before-send.s3.{op}", self)
+
+    def __call__(self, request: Any, **_: Any) -> AWSResponse | None:
+        if self.key_part not in request.url:
+            return None
+        self.seen += 1
+        if self.times is not None and self.injected >= self.times:
+            return None
+        self.injected += 1
+        if self.exc is not None:
+            raise self.exc
+        body = (
+            '<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>'
+            f"{self.code}</Code><Message>injected by test</Message>"
+            "<RequestId>test</RequestId></Error>"
+        ).encode()
+        headers = {"Content-Type": "application/xml", "Content-Length": str(len(body))}
+        return AWSResponse(request.url, self.status, headers, _Raw(body))
+
+
+def no_retry_client(endpoint: str, attempts: int = 1) -> Any:
+    """A real client whose botocore retries are off, so our own retry layer is what acts."""
+    cfg = Config(retries={"mode": "standard", "total_max_attempts": attempts})
+    return boto3.client("s3", endpoint_url=endpoint, config=cfg)
+
+
+def make_store(client: Any, bucket: str, session: str = "run-a", **kw: Any) -> WatermarkStore:
+    return WatermarkStore(client, bucket, PREFIX, session_id=session, base_delay=0.01, **kw)
+
+
+def add_chunk(part: str, hour: int, rows: int = 10, key: str | None = None):
+    """A change: partition `part` (a day) gets one more file and its cursor moves."""
+    day = datetime.fromisoformat(part)
+    fkey = key or f"data/{part}/chunk-{hour:02d}.parquet"
+
+    def change(rec: WatermarkRecord) -> None:
+        p = rec.partitions.get(part) or PartitionState(
+            window_start=day, window_end=day + timedelta(days=1)
+        )
+        if all(f.key != fkey for f in p.files):
+            p.files.append(FileEntry(key=fkey, rows=rows, bytes=100, md5="0" * 32))
+        p.cursor = Position(c=day + timedelta(hours=hour), pk=[hour])
+        rec.partitions[part] = p
+
+    return change
+
+
+def body_of(s3: Any, bucket: str, key: str) -> bytes:
+    return s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+
+
+def exists(s3: Any, bucket: str, key: str) -> bool:
+    try:
+        s3.head_object(Bucket=bucket, Key=key)
+        return True
+    except s3.exceptions.ClientError:
+        return False
+
+
+def all_keys(s3: Any, bucket: str) -> set[str]:
+    pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket)
+    return {o["Key"] for p in pages for o in p.get("Contents", [])}
+
+
+def delete_dailies(s3: Any, bucket: str) -> None:
+    for k in all_keys(s3, bucket):
+        if "/backups/daily/" in k:
+            s3.delete_object(Bucket=bucket, Key=k)
+
+
+@pytest.fixture
+def store(s3_resource) -> WatermarkStore:
+    return make_store(s3_resource.client(), s3_resource.bucket)
+
+
+@pytest.fixture
+def saved(store: WatermarkStore) -> WatermarkRecord:
+    """A table with two chunks of progress in one partition."""
+    store.update(T, add_chunk("2025-01-01", 5))
+    return store.update(T, add_chunk("2025-01-01", 9))
+
+
+# ------------------------------------------------------------------------ saving
+
+
+def test_save_writes_three_locations_with_backup_metadata(store, s3_client, bucket):
+    rec = store.update(T, add_chunk("2025-01-01", 5))
+    info = store.last_save
+    keys = {
+        "primary": f"{PREFIX}/watermarks/tables/{T}.json",
+        "daily": f"{PREFIX}/watermarks/backups/daily/{T}_{datetime.now(UTC):%Y%m%d}.json",
+        "session": f"{PREFIX}/watermarks/backups/sessions/run-a/{T}.json",
+    }
+    assert info.written == keys and info.failed == {}
+    bodies = {loc: body_of(s3_client, bucket, k) for loc, k in keys.items()}
+    assert len(set(bodies.values())) == 1  # byte-identical mirrors
+    stored = WatermarkRecord.from_json(bodies["primary"], table_name=T)
+    meta = stored.backup_metadata
+    assert meta.session_id == "run-a"
+    assert meta.backup_locations == ["primary", "daily", "session"]
+    assert meta.recovered_from is None
+    assert abs(meta.saved_at - datetime.now(UTC).replace(tzinfo=None)) < timedelta(minutes=1)
+    # read back: the ETag we got is the object's, the content is what update() returned
+    assert s3_client.head_object(Bucket=bucket, Key=keys["primary"])["ETag"] == info.etag
+    assert stored == rec
+    assert stored.s3_file_count == 1 and stored.mysql_rows_extracted == 10
+    assert store.read(T) == rec
+    assert info.as_metadata()["written"] == ["daily", "primary", "session"]
+
+
+def test_backup_write_failure_is_logged_and_reported_not_fatal(
+    moto_endpoint, bucket, s3_client, caplog
+):
+    client = no_retry_client(moto_endpoint)
+    store = make_store(client, bucket)
+    fault = Inject(client, "/backups/sessions/", status=500, code="InternalError", times=None)
+    with caplog.at_level(logging.ERROR, logger="s3rs.watermark"):
+        rec = store.update(T, add_chunk("2025-01-01", 5))
+    assert fault.injected == store.attempts
+    assert set(store.last_save.written) == {"primary", "daily"}
+    assert "InternalError" in store.last_save.failed["session"]
+    assert any("session backup" in r.getMessage() for r in caplog.records)
+    assert store.read(T) == rec
+    assert not exists(s3_client, bucket, store.session_key(T))
+
+
+def test_session_id_defaults_to_a_timestamp(s3_resource):
+    store = WatermarkStore(s3_resource.client(), s3_resource.bucket, PREFIX)
+    assert store.session_id[:8] == f"{datetime.now(UTC):%Y%m%d}"
+    store.update(T, add_chunk("2025-01-01", 1))
+    assert store.last_save.written["session"].endswith(f"/sessions/{store.session_id}/{T}.json")
+
+
+def test_invalid_names_are_refused(store):
+    for bad in ("../etc", "a/b", "x.y.z", "", "tab le"):
+        with pytest.raises(ConfigError, match="invalid table name"):
+            store.read(bad)
+    with pytest.raises(ConfigError, match="session id"):
+        WatermarkStore(store.client, store.bucket, PREFIX, session_id="../x")
+
+
+# ---------------------------------------------------------------------- recovery
+
+
+def test_missing_primary_recovers_from_daily_and_writes_it_back(
+    store, saved, s3_client, bucket, caplog
+):
+    s3_client.delete_object(Bucket=bucket, Key=store.primary_key(T))
+    with caplog.at_level(logging.WARNING, logger="s3rs.watermark"):
+        rec = store.read(T)
+    assert rec.backup_metadata.recovered_from == "daily"
+    assert rec.partitions == saved.partitions
+    assert rec.last_mysql_data_timestamp == datetime(2025, 1, 1, 9)
+    assert store.last_recovery.source == "daily"
+    assert store.last_recovery.key == store.daily_key(T)
+    assert store.last_recovery.primary_error == "missing"
+    primary = WatermarkRecord.from_json(body_of(s3_client, bucket, store.primary_key(T)))
+    assert primary.backup_metadata.recovered_from == "daily"
+    assert primary.partitions == saved.partitions
+    assert any("recovered from daily" in r.getMessage() for r in caplog.records)
+    # the next read uses the restored primary
+    assert store.recover(T).source == "primary"
+
+
+def _corrupt(kind: str, text: bytes) -> bytes:
+    if kind == "truncated":
+        return text[: len(text) // 2]
+    raw = json.loads(text)
+    if kind == "schema99":
+        raw["schema_version"] = 99
+    elif kind == "future":
+        future = (datetime.now() + timedelta(days=2)).isoformat()
+        raw["last_mysql_data_timestamp"] = future
+        for p in raw["partitions"].values():
+            p["cursor"]["c"] = future
+    return json.dumps(raw).encode()
+
+
+@pytest.mark.parametrize(
+    ("kind", "why"),
+    [
+        ("truncated", "not valid JSON"),
+        ("schema99", "schema_version 99"),
+        ("future", "in the future of the source clock"),
+    ],
+)
+def test_invalid_primary_recovers_from_daily(store, saved, s3_client, bucket, kind, why):
+    key = store.primary_key(T)
+    s3_client.put_object(
+        Bucket=bucket, Key=key, Body=_corrupt(kind, body_of(s3_client, bucket, key))
+    )
+    rec = store.read(T, now=datetime.now())
+    assert rec.backup_metadata.recovered_from == "daily"
+    assert rec.partitions == saved.partitions
+    assert why in store.last_recovery.primary_error
+    assert T in store.last_recovery.primary_error
+    assert WatermarkRecord.from_json(body_of(s3_client, bucket, key)).partitions == saved.partitions
+
+
+def test_cursor_within_a_minute_of_the_source_clock_is_valid(store, s3_client, bucket):
+    now = datetime(2025, 1, 1, 9, 0, 30)
+    store.update(T, add_chunk("2025-01-01", 9))  # cursor 09:00:00
+    assert store.read(T, now=now).backup_metadata.recovered_from is None
+    assert store.read(T, now=now - timedelta(seconds=59)) is not None  # within tolerance
+    delete_dailies(s3_client, bucket)
+    s3_client.delete_object(Bucket=bucket, Key=store.session_key(T))
+    with pytest.raises(WatermarkError, match="in the future of the source clock"):
+        store.read(T, now=now - timedelta(minutes=5))
+
+
+def test_primary_and_daily_gone_recovers_latest_then_older_session(s3_resource, s3_client, bucket):
+    a = make_store(s3_resource.client(), bucket, session="run-a")
+    b = make_store(s3_resource.client(), bucket, session="run-b")
+    a.update(T, add_chunk("2025-01-01", 5))
+    b.update(T, add_chunk("2025-01-01", 9))  # newer; same second as a's, ties by saved_at
+    s3_client.delete_object(Bucket=bucket, Key=a.primary_key(T))
+    delete_dailies(s3_client, bucket)
+
+    reader = make_store(s3_resource.client(), bucket, session="reader")
+    rec = reader.read(T)
+    assert rec.backup_metadata.recovered_from == "session"
+    assert reader.last_recovery.key == b.session_key(T)
+    assert rec.last_mysql_data_timestamp == datetime(2025, 1, 1, 9)
+
+    # only the older session backup is left
+    for k in (a.primary_key(T), b.session_key(T), reader.session_key(T)):
+        s3_client.delete_object(Bucket=bucket, Key=k)
+    delete_dailies(s3_client, bucket)
+    rec = reader.read(T)
+    assert rec.backup_metadata.recovered_from == "session"
+    assert reader.last_recovery.key == a.session_key(T)
+    assert rec.last_mysql_data_timestamp == datetime(2025, 1, 1, 5)
+
+
+def test_newest_daily_is_used_when_todays_is_missing(store, saved, s3_client, bucket):
+    today = store.daily_key(T)
+    older = store.daily_key(T, datetime.now(UTC) - timedelta(days=3))
+    oldest = store.daily_key(T, datetime.now(UTC) - timedelta(days=9))
+    s3_client.copy_object(Bucket=bucket, Key=older, CopySource={"Bucket": bucket, "Key": today})
+    s3_client.put_object(Bucket=bucket, Key=oldest, Body=WatermarkRecord.new(T).to_json())
+    for k in (today, store.primary_key(T)):
+        s3_client.delete_object(Bucket=bucket, Key=k)
+    rec = store.read(T)
+    assert store.last_recovery.key == older
+    assert rec.partitions == saved.partitions
+
+
+def test_invalid_backups_are_skipped(store, saved, s3_client, bucket):
+    s3_client.delete_object(Bucket=bucket, Key=store.primary_key(T))
+    s3_client.put_object(Bucket=bucket, Key=store.daily_key(T), Body=b'{"table_name": ')
+    rec = store.read(T)
+    assert rec.backup_metadata.recovered_from == "session"
+    assert rec.partitions == saved.partitions
+    assert [s for s, _, _ in store.last_recovery.rejected] == ["daily"]
+    # the recovery rewrote today's daily with the valid record
+    assert WatermarkRecord.from_json(body_of(s3_client, bucket, store.daily_key(T)))
+
+
+def test_event_log_is_the_last_resort(s3_resource, saved, s3_client, bucket):
+    text = saved.to_json()
+    asked: list[str] = []
+
+    def from_event_log(table: str) -> str | None:
+        asked.append(table)
+        return text
+
+    store = make_store(s3_resource.client(), bucket, event_log_fallback=from_event_log)
+    for k in all_keys(s3_client, bucket):
+        s3_client.delete_object(Bucket=bucket, Key=k)
+    rec = store.read(T)
+    assert asked == [T]
+    assert rec.backup_metadata.recovered_from == "event_log"
+    assert rec.partitions == saved.partitions
+    assert exists(s3_client, bucket, store.primary_key(T))
+
+
+def test_event_log_record_is_validated(s3_resource, bucket):
+    bad = WatermarkRecord.new("sales.other").to_json()
+    store = make_store(s3_resource.client(), bucket, event_log_fallback=lambda t: bad)
+    with pytest.raises(WatermarkError, match="s3rs watermark set") as err:
+        store.read(T)
+    assert "belongs to table 'sales.other'" in str(err.value)
+
+
+def test_event_log_failure_is_not_taken_for_a_new_table(s3_resource, bucket):
+    def broken(table: str) -> str | None:
+        raise RuntimeError("dagster instance unreachable")
+
+    store = make_store(s3_resource.client(), bucket, event_log_fallback=broken)
+    with pytest.raises(WatermarkError, match="unreachable"):
+        store.read(T)
+
+
+def test_brand_new_table_reads_as_none(s3_resource, bucket):
+    store = make_store(s3_resource.client(), bucket, event_log_fallback=lambda t: None)
+    assert store.read_versioned(T) == (None, None)
+    assert store.recover(T).source is None
+    rec = store.update(T, add_chunk("2025-01-01", 1))
+    assert rec.s3_file_count == 1
+
+
+def test_invalid_primary_and_nothing_valid_left_asks_for_watermark_set(store, s3_client, bucket):
+    s3_client.put_object(Bucket=bucket, Key=store.primary_key(T), Body=b"{not json")
+    with pytest.raises(WatermarkError) as err:
+        store.read(T)
+    msg = str(err.value)
+    assert T in msg and "not valid JSON" in msg
+    assert f"s3rs watermark set -t {T} --timestamp" in msg
+    assert body_of(s3_client, bucket, store.primary_key(T)) == b"{not json"  # untouched
+    with pytest.raises(WatermarkError, match="s3rs watermark set"):
+        store.update(T, add_chunk("2025-01-01", 1))
+    assert body_of(s3_client, bucket, store.primary_key(T)) == b"{not json"
+
+
+def test_missing_primary_with_only_invalid_backups_is_an_error_not_a_reset(
+    store, saved, s3_client, bucket
+):
+    s3_client.delete_object(Bucket=bucket, Key=store.primary_key(T))
+    for k in (store.daily_key(T), store.session_key(T)):
+        s3_client.put_object(Bucket=bucket, Key=k, Body=b"garbage")
+    with pytest.raises(WatermarkError, match="is missing and no valid copy"):
+        store.update(T, add_chunk("2025-01-02", 1))
+    assert not exists(s3_client, bucket, store.primary_key(T))
+
+
+def test_update_after_losing_the_primary_continues_from_the_recovered_record(
+    store, saved, s3_client, bucket
+):
+    s3_client.delete_object(Bucket=bucket, Key=store.primary_key(T))
+    rec = store.update(T, add_chunk("2025-01-02", 3))
+    assert set(rec.partitions) == {"2025-01-01", "2025-01-02"}
+    assert rec.s3_file_count == 3 and rec.mysql_rows_extracted == 30
+    assert rec.last_mysql_data_timestamp == datetime(2025, 1, 2, 3)
+    assert store.read(T) == rec
+    assert rec.backup_metadata.recovered_from is None  # a normal save after the recovery
+
+
+def test_recovery_write_back_that_loses_a_race_rereads(moto_endpoint, bucket, s3_client):
+    client = no_retry_client(moto_endpoint)
+    store = make_store(client, bucket)
+    saved = store.update(T, add_chunk("2025-01-01", 5))
+    s3_client.delete_object(Bucket=bucket, Key=store.primary_key(T))
+    fault = Inject(client, "/watermarks/tables/", times=1)
+    rec = store.read(T)
+    assert fault.injected == 1 and fault.seen == 2
+    assert rec.partitions == saved.partitions
+    assert rec.backup_metadata.recovered_from == "daily"
+
+
+# -------------------------------------------------------------- compare-and-swap
+
+
+def _race(s3_resource, bucket: str, table: str) -> int:
+    """Two runs read the same record, then both write: one must lose and re-apply.
+    Returns how many times the change functions ran."""
+    barrier = threading.Barrier(2, timeout=10)
+    errors: list[BaseException] = []
+    calls: list[str] = []
+
+    def run(session: str, part: str) -> None:
+        first = [True]
+        inner = add_chunk(part, 7)
+
+        def change(rec: WatermarkRecord) -> None:
+            calls.append(session)
+            inner(rec)
+            if first[0]:  # both runs have read the same record before either writes
+                first[0] = False
+                barrier.wait()
+
+        try:
+            make_store(s3_resource.client(), bucket, session).update(table, change)
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [
+        threading.Thread(target=run, args=("run-a", "2025-01-02")),
+        threading.Thread(target=run, args=("run-b", "2025-01-03")),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert errors == []
+    return len(calls)
+
+
+def test_two_runs_racing_on_different_partitions_both_land(s3_resource, bucket):
+    for round_ in range(5):
+        table = f"sales.race{round_}"
+        make_store(s3_resource.client(), bucket, "seed").update(table, add_chunk("2025-01-01", 1))
+        assert _race(s3_resource, bucket, table) >= 3  # the loser re-applied its change
+        rec = make_store(s3_resource.client(), bucket, "check").read(table)
+        assert set(rec.partitions) == {"2025-01-01", "2025-01-02", "2025-01-03"}
+        assert rec.s3_file_count == 3
+
+
+@pytest.mark.parametrize(
+    ("status", "code"), [(412, "PreconditionFailed"), (409, "ConditionalRequestConflict")]
+)
+def test_lost_race_on_first_put_is_retried(store, saved, status, code):
+    calls: list[int] = []
+    inner = add_chunk("2025-01-02", 4)
+
+    def change(rec: WatermarkRecord) -> None:
+        calls.append(1)
+        inner(rec)
+
+    fault = Inject(store.client, "/watermarks/tables/", status=status, code=code)
+    rec = store.update(T, change)
+    assert fault.injected == 1
+    assert len(calls) == 2 and store.last_save.cas_rounds == 2
+    assert set(store.read(T).partitions) == {"2025-01-01", "2025-01-02"} == set(rec.partitions)
+
+
+def test_incompatible_change_raises_conflict_and_leaves_primary(
+    s3_resource, store, saved, s3_client, bucket
+):
+    other = make_store(s3_resource.client(), bucket, session="run-b")
+    seen: list[int] = []
+
+    def change(rec: WatermarkRecord) -> None:
+        part = rec.partitions["2025-01-01"]
+        if part.recomputes:  # another run restarted this window meanwhile
+            raise WatermarkConflict(f"partition 2025-01-01 of {T} was recomputed by run-b")
+        seen.append(1)
+        add_chunk("2025-01-01", 11)(rec)
+        if len(seen) == 1:  # run-b wins the race with an incompatible change
+
+            def recompute(r: WatermarkRecord) -> None:
+                r.partitions["2025-01-01"].recomputes += 1
+
+            other.update(T, recompute)
+
+    with pytest.raises(WatermarkConflict, match="recomputed by run-b"):
+        store.update(T, change)
+    after = WatermarkRecord.from_json(body_of(s3_client, bucket, store.primary_key(T)))
+    assert after.partitions["2025-01-01"].recomputes == 1
+    assert after.last_mysql_data_timestamp == datetime(2025, 1, 1, 9)  # ours not applied
+    assert after.backup_metadata.session_id == "run-b"
+
+
+def test_change_that_breaks_the_record_writes_nothing(store, saved, s3_client, bucket):
+    before = body_of(s3_client, bucket, store.primary_key(T))
+
+    def rename(rec: WatermarkRecord) -> None:
+        rec.table_name = "sales.other"
+
+    with pytest.raises(WatermarkError, match="belongs to table 'sales.other'"):
+        store.update(T, rename)
+    assert body_of(s3_client, bucket, store.primary_key(T)) == before
+
+
+def test_write_silently_overwritten_is_detected_by_read_back(store, saved, s3_client, bucket):
+    """A non-atomic conditional write (moto's) can let a stale writer overwrite us; the
+    read-back sees a foreign ETag and our change is re-applied on top."""
+    key = store.primary_key(T)
+    rival = WatermarkRecord.from_json(body_of(s3_client, bucket, key))
+    add_chunk("2025-01-03", 2)(rival)
+    rival.refresh()
+    fired: list[str] = []
+
+    def overwrite(http_response: Any, **_: Any) -> None:
+        if not fired and "/watermarks/tables/" in http_response.url:
+            fired.append(http_response.url)
+            s3_client.put_object(Bucket=bucket, Key=key, Body=rival.to_json())
+
+    store.client.meta.events.register("after-call.s3.PutObject", overwrite)
+    rec = store.update(T, add_chunk("2025-01-02", 4))
+    assert fired and store.last_save.cas_rounds == 2
+    assert set(rec.partitions) == {"2025-01-01", "2025-01-02", "2025-01-03"}
+    assert store.read(T) == rec
+
+
+def test_primary_deleted_between_read_and_write_is_recovered_and_reapplied(
+    store, saved, s3_client, bucket
+):
+    deleted: list[int] = []
+    inner = add_chunk("2025-01-02", 4)
+
+    def change(rec: WatermarkRecord) -> None:
+        if not deleted:
+            deleted.append(1)
+            s3_client.delete_object(Bucket=bucket, Key=store.primary_key(T))
+        inner(rec)
+
+    rec = store.update(T, change)  # If-Match on a missing key: 404, handled as a lost race
+    assert set(rec.partitions) == {"2025-01-01", "2025-01-02"}
+    assert store.last_save.cas_rounds == 2
+
+
+def test_put_unconditional_writes_mirrors_and_replaces_an_invalid_primary(store, s3_client, bucket):
+    s3_client.put_object(Bucket=bucket, Key=store.primary_key(T), Body=b"{broken")
+    rec = WatermarkRecord.new(T)
+    rec.manual_timestamp = datetime(2025, 8, 1)
+    store.put_unconditional(rec)
+    assert set(store.last_save.written) == {"primary", "daily", "session"}
+    assert store.read(T).manual_timestamp == datetime(2025, 8, 1)
+    bad = WatermarkRecord.new(T)
+    bad.s3_file_count = 3  # not backed by any manifest
+    before = body_of(s3_client, bucket, store.primary_key(T))
+    with pytest.raises(WatermarkError, match="s3_file_count is 3"):
+        store.put_unconditional(bad)
+    assert body_of(s3_client, bucket, store.primary_key(T)) == before
+
+
+def test_unreachable_primary_is_an_error_not_a_recovery(moto_endpoint, bucket, s3_client):
+    client = no_retry_client(moto_endpoint)
+    store = make_store(client, bucket, attempts=2)
+    store.update(T, add_chunk("2025-01-01", 5))
+    before = {k: body_of(s3_client, bucket, k) for k in all_keys(s3_client, bucket)}
+    Inject(client, "/watermarks/tables/", op="GetObject", status=503, code="SlowDown", times=None)
+    with pytest.raises(WatermarkError, match=f"cannot read the watermark of {T}.*SlowDown"):
+        store.update(T, add_chunk("2025-01-02", 4))
+    assert {k: body_of(s3_client, bucket, k) for k in all_keys(s3_client, bucket)} == before
+
+
+# ----------------------------------------------------------------------- retries
+
+
+@pytest.mark.parametrize("fault", ["slowdown", "connection"])
+def test_transient_errors_on_first_two_primary_puts_are_retried(moto_endpoint, bucket, fault):
+    client = no_retry_client(moto_endpoint)  # botocore retries off: our layer must act
+    store = make_store(client, bucket)
+    store.update(T, add_chunk("2025-01-01", 5))
+    kw: dict[str, Any] = (
+        {"status": 503, "code": "SlowDown"}
+        if fault == "slowdown"
+        else {"exc": ConnectionClosedError(endpoint_url=moto_endpoint)}
+    )
+    inj = Inject(client, "/watermarks/tables/", times=2, **kw)
+    rec = store.update(T, add_chunk("2025-01-02", 4))
+    assert inj.injected == 2 and store.last_save.primary_attempts == 3
+    assert store.read(T) == rec and "2025-01-02" in rec.partitions
+
+
+def test_slowdown_absorbed_by_botocore_standard_retries(s3_resource, bucket):
+    client = s3_resource.client()  # S3Resource: standard mode, max_attempts=6
+    store = make_store(client, bucket)
+    inj = Inject(client, "/watermarks/tables/", status=503, code="SlowDown", times=2)
+    rec = store.update(T, add_chunk("2025-01-01", 5))
+    assert inj.injected == 2 and inj.seen == 3
+    assert store.last_save.primary_attempts == 1
+    assert store.read(T) == rec
+
+
+def test_slowdown_forever_fails_and_leaves_everything_unchanged(moto_endpoint, bucket, s3_client):
+    client = no_retry_client(moto_endpoint, attempts=2)
+    store = make_store(client, bucket, attempts=3)
+    store.update(T, add_chunk("2025-01-01", 5))
+    before = {k: body_of(s3_client, bucket, k) for k in all_keys(s3_client, bucket)}
+    inj = Inject(client, "/watermarks/tables/", status=503, code="SlowDown", times=None)
+    with pytest.raises(WatermarkError, match="after 3 attempts: SlowDown") as err:
+        store.update(T, add_chunk("2025-01-02", 4))
+    assert T in str(err.value)
+    assert inj.injected == 2 * 3  # bounded: botocore attempts x our attempts
+    after = {k: body_of(s3_client, bucket, k) for k in all_keys(s3_client, bucket)}
+    assert after == before  # primary byte-for-byte, and no backup got ahead of it
+    assert "SlowDown" in store.last_save.failed["primary"]
+
+
+# -------------------------------------------------------------------- validation
+
+
+def _valid_json(**changes: Any) -> dict[str, Any]:
+    rec = WatermarkRecord.new(T)
+    add_chunk("2025-01-01", 5)(rec)
+    raw = json.loads(rec.refresh().to_json())
+    raw.update(changes)
+    return raw
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        (_valid_json(mysql_rows_extracted=-5), "'mysql_rows_extracted': Input should be"),
+        (_valid_json(s3_file_count=-1), "'s3_file_count'"),
+        (_valid_json(s3_file_count=5), "s3_file_count is 5 but the partition manifests sum to 1"),
+        (
+            _valid_json(mysql_rows_extracted=99),
+            "mysql_rows_extracted is 99 but the partition manifests sum to 10",
+        ),
+        (_valid_json(table_name="sales.other"), "belongs to table 'sales.other'"),
+        (_valid_json(schema_version=0), "schema_version 0 is invalid"),
+        (_valid_json(mysql_status="bogus"), "'mysql_status'"),
+        (_valid_json(last_mysql_data_timestamp="yesterday"), "'last_mysql_data_timestamp'"),
+    ],
+)
+def test_invalid_records_get_clear_errors(store, s3_client, bucket, raw, expected):
+    s3_client.put_object(Bucket=bucket, Key=store.primary_key(T), Body=json.dumps(raw))
+    with pytest.raises(WatermarkError) as err:
+        store.read(T)
+    msg = str(err.value)
+    assert expected in msg, msg
+    assert T in msg and "s3rs watermark set" in msg
+
+
+def test_record_check_directly():
+    rec = WatermarkRecord.new(T)
+    add_chunk("2025-01-01", 5)(rec)
+    rec.refresh()
+    assert rec.check(table_name=T, now=datetime(2025, 1, 1, 5)) is rec
+    with pytest.raises(
+        WatermarkError, match=f"watermark of {T}: .* is in the future of the source clock"
+    ):
+        rec.check(now=datetime(2025, 1, 1, 4, 58))
+    rec.s3_file_count = 7
+    with pytest.raises(WatermarkError, match="s3_file_count is 7"):
+        rec.check()
+    # old documents carry 'Z' timestamps: aware values compare as UTC
+    legacy = json.dumps({"table_name": T, "last_mysql_data_timestamp": "2099-01-01T00:00:00Z"})
+    old = WatermarkRecord.from_json(legacy, table_name=T)
+    with pytest.raises(WatermarkError, match="in the future"):
+        old.check(now=datetime(2025, 1, 1))
+
+
+# ------------------------------------------------------------ status and cleanup
+
+
+def test_backup_status_reports_every_location(s3_resource, store, saved, s3_client, bucket):
+    make_store(s3_resource.client(), bucket, session="run-b").update(T, add_chunk("2025-01-02", 1))
+    st = store.backup_status(T)
+    assert st["healthy"] is True
+    assert st["primary"]["present"] and st["primary"]["valid"]
+    assert st["primary"]["last_mysql_data_timestamp"] == "2025-01-02T01:00:00.000000"
+    assert 0 <= st["primary"]["age_seconds"] < 120
+    assert st["daily"]["valid"] and st["daily"]["today"] and st["daily"]["count"] == 1
+    assert st["daily"]["current"] is True
+    assert st["session"]["count"] == 2 and st["session"]["current"] is True
+    json.dumps(st)  # fit for Dagster metadata
+
+    s3_client.put_object(Bucket=bucket, Key=store.primary_key(T), Body=b"[]")
+    st = store.backup_status(T)
+    assert st["primary"]["present"] and not st["primary"]["valid"]
+    assert "not a JSON object" in st["primary"]["error"]
+    assert st["healthy"] is False
+    s3_client.delete_object(Bucket=bucket, Key=store.primary_key(T))
+    assert store.backup_status(T)["primary"]["present"] is False
+
+
+def test_list_tables(s3_resource, store, s3_client, bucket):
+    store.update(T, add_chunk("2025-01-01", 1))
+    store.update("sales.items", add_chunk("2025-01-01", 1))
+    store.update("sales.items_2", add_chunk("2025-01-01", 1))
+    s3_client.delete_object(Bucket=bucket, Key=store.primary_key("sales.items"))
+    assert store.list_tables() == ["sales.items", "sales.items_2", T]
+
+
+def _three_sessions(s3_resource, bucket, table):
+    for i, session in enumerate(("run-1", "run-2", "run-3")):
+        make_store(s3_resource.client(), bucket, session).update(
+            table, add_chunk("2025-01-01", i + 1)
+        )
+
+
+def test_cleanup_keeps_newest_valid_copy_per_table_even_when_all_are_old(
+    s3_resource, store, s3_client, bucket
+):
+    _three_sessions(s3_resource, bucket, T)
+    _three_sessions(s3_resource, bucket, "sales.items")
+    # the newest copies of T are corrupt: the newest *valid* one must survive
+    s3_client.put_object(Bucket=bucket, Key=store.daily_key(T), Body=b"{")
+    s3_client.put_object(Bucket=bucket, Key=store.session_key(T, "run-3"), Body=b"{")
+    primaries = {
+        k: body_of(s3_client, bucket, k)
+        for k in all_keys(s3_client, bucket)
+        if "/watermarks/tables/" in k
+    }
+
+    later = datetime.now(UTC) + timedelta(days=30)
+    report = store.cleanup_backups(days_to_keep=7, now=later)
+    left = all_keys(s3_client, bucket)
+    assert report.kept_newest[T] == store.session_key(T, "run-2")
+    # run-3's save wrote its daily and session copies with the same body: either is newest
+    assert report.kept_newest["sales.items"] in {
+        store.daily_key("sales.items"),
+        store.session_key("sales.items", "run-3"),
+    }
+    backups = {k for k in left if "/backups/" in k}
+    assert backups == set(report.kept_newest.values())
+    assert len(report.deleted) == 8 - 2 and report.failed == {}
+    assert {k: body_of(s3_client, bucket, k) for k in primaries} == primaries
+    kept = WatermarkRecord.from_json(body_of(s3_client, bucket, store.session_key(T, "run-2")))
+    assert kept.last_mysql_data_timestamp == datetime(2025, 1, 1, 2)
+
+
+def test_cleanup_dry_run_deletes_nothing(s3_resource, store, s3_client, bucket):
+    _three_sessions(s3_resource, bucket, T)
+    before = all_keys(s3_client, bucket)
+    report = store.cleanup_backups(7, dry_run=True, now=datetime.now(UTC) + timedelta(days=30))
+    assert report.dry_run and len(report.deleted) == 3  # 1 daily + 3 sessions, newest kept
+    assert all_keys(s3_client, bucket) == before
+
+
+def test_cleanup_keeps_recent_backups_and_refuses_bad_days(store, saved, s3_client, bucket):
+    before = all_keys(s3_client, bucket)
+    report = store.cleanup_backups(7)
+    assert report.deleted == [] and report.kept_recent == 2
+    assert all_keys(s3_client, bucket) == before
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ConfigError, match="days_to_keep"):
+            store.cleanup_backups(bad)

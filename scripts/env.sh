@@ -1,0 +1,37 @@
+# shellcheck shell=bash
+# The local stack's environment, for `make demo`, `make ui` and `make bench`:
+#   source scripts/env.sh
+# Every variable is set only when it is not already set, so you can point the demo at your
+# own services by exporting any of them first (e.g. S3RS_MYSQL_URL=mysql://me:pw@db:3306/x).
+# Sourced: it must not exit the caller's shell, so no `set -e` here.
+
+_s3rs_repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+: "${S3RS_MOTO_PORT:=5555}"
+: "${S3RS_MYSQL_URL:=mysql://root:@127.0.0.1:3306/s3rs_demo}"
+: "${S3RS_S3_BUCKET:=s3rs-demo}"
+: "${S3RS_S3_PREFIX:=s3rs}"
+: "${AWS_ENDPOINT_URL_S3:=http://127.0.0.1:${S3RS_MOTO_PORT}}"
+: "${AWS_ACCESS_KEY_ID:=testing}"
+: "${AWS_SECRET_ACCESS_KEY:=testing}"
+: "${AWS_DEFAULT_REGION:=us-east-1}"
+: "${S3RS_REDSHIFT_URL:=postgresql://postgres:@127.0.0.1:5432/s3rs_demo}"
+: "${S3RS_SPARK_MASTER:=local[2]}"
+: "${S3RS_TABLES:=$_s3rs_repo/.local/demo/tables.yaml}"
+: "${DAGSTER_HOME:=$_s3rs_repo/.local/dagster_home}"
+: "${PYSPARK_PYTHON:=$_s3rs_repo/.venv/bin/python}"
+: "${PYSPARK_DRIVER_PYTHON:=$_s3rs_repo/.venv/bin/python}"
+export S3RS_MOTO_PORT S3RS_MYSQL_URL S3RS_S3_BUCKET S3RS_S3_PREFIX AWS_ENDPOINT_URL_S3 \
+  AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY AWS_DEFAULT_REGION S3RS_REDSHIFT_URL \
+  S3RS_SPARK_MASTER S3RS_TABLES DAGSTER_HOME PYSPARK_PYTHON PYSPARK_DRIVER_PYTHON
+
+case ":${PATH}:" in
+  ":$_s3rs_repo/.venv/bin:"*) ;;
+  *) export PATH="$_s3rs_repo/.venv/bin:${PATH}" ;;
+esac
+
+mkdir -p "$DAGSTER_HOME"
+if [ ! -f "$DAGSTER_HOME/dagster.yaml" ] && [ -f "$_s3rs_repo/dagster.yaml" ]; then
+  cp "$_s3rs_repo/dagster.yaml" "$DAGSTER_HOME/dagster.yaml"
+fi
+unset _s3rs_repo

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The test command (`make test`, CI): set up what the tests need, then run pytest.
+#   scripts/test.sh [pytest args...]      default: -q (every failure is reported)
+# The tests start their own moto server in-process and make their own throwaway
+# databases; they need MariaDB and PostgreSQL, which setup.sh ensures.
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$REPO"
+bash scripts/setup.sh
+export PYSPARK_PYTHON="$REPO/.venv/bin/python"
+export PYSPARK_DRIVER_PYTHON="$REPO/.venv/bin/python"
+if [ "$#" -eq 0 ]; then
+  set -- -q
+fi
+exec "$REPO/.venv/bin/pytest" "$@"
