@@ -10,6 +10,7 @@ from s3rs_assets.assets import build_sync_job, build_table_assets
 from s3rs_assets.config import load_tables
 from s3rs_assets.io_manager import S3RSIOManager
 from s3rs_assets.resources import DEFAULT_JDBC_JARS, MySQLResource, S3Resource, SparkResource
+from s3rs_assets.warehouse import WarehouseResource
 
 
 def build_definitions() -> dg.Definitions:
@@ -27,6 +28,10 @@ def build_definitions() -> dg.Definitions:
             "spark": SparkResource(
                 master=os.environ.get("S3RS_SPARK_MASTER", "local[*]"),
                 jars=os.environ.get("S3RS_SPARK_JARS", DEFAULT_JDBC_JARS),
+            ),
+            "warehouse": WarehouseResource(
+                url=dg.EnvVar("S3RS_REDSHIFT_URL"),
+                iam_role=os.environ.get("S3RS_REDSHIFT_IAM_ROLE") or None,
             ),
             "s3rs_io_manager": S3RSIOManager(s3=s3),
         },

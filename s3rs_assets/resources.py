@@ -23,11 +23,31 @@ DEFAULT_JDBC_JARS = "/usr/share/java/mariadb-java-client.jar"
 
 
 class MySQLResource(dg.ConfigurableResource):
-    """The source database, from `S3RS_MYSQL_URL` (mysql://user:password@host:port/db)."""
+    """The source database, from `S3RS_MYSQL_URL` (mysql://user:password@host:port/db).
+
+    Behind a bastion, set `ssh_host` (or `S3RS_SSH_HOST`) and the other `ssh_*` settings:
+    `endpoint()` then returns the local end of an SSH tunnel (s3rs_assets.ssh) instead of
+    the URL's host, and every reader (pymysql here, Spark JDBC and connectorx through
+    `jdbc_url()` / `connectorx_url()`) goes through it. The URL's host and port are then
+    the database as the SSH server sees it.
+    """
 
     url: str = Field(description="mysql://user:password@host:port/database")
     connect_timeout: int = Field(default=10, description="Seconds to wait for a connection.")
     read_timeout: int = Field(default=600, description="Seconds one query may take.")
+    ssh_host: str | None = Field(
+        default=None, description="S3RS_SSH_HOST: bastion host[:port]; unset = no tunnel."
+    )
+    ssh_user: str | None = Field(default=None, description="S3RS_SSH_USER")
+    ssh_key_file: str | None = Field(
+        default=None, description="S3RS_SSH_KEY_FILE: private key (passphrase from "
+        "S3RS_SSH_KEY_PASSPHRASE)."
+    )
+    ssh_known_hosts: str | None = Field(
+        default=None,
+        description="S3RS_SSH_KNOWN_HOSTS: known_hosts file holding the bastion's host key "
+        "(unknown or mismatched keys are refused).",
+    )
 
     @property
     def parsed(self) -> DatabaseURL:
@@ -35,29 +55,59 @@ class MySQLResource(dg.ConfigurableResource):
             self.url, env="S3RS_MYSQL_URL", schemes=("mysql", "mariadb"), default_port=3306
         )
 
+    def ssh_settings(self) -> Any:
+        """The tunnel's settings (fields first, then S3RS_SSH_* variables), or None."""
+        from s3rs_assets.ssh import PASSPHRASE_ENV, SSHSettings
+
+        if self.ssh_host:
+            return SSHSettings.build(
+                self.ssh_host,
+                self.ssh_user,
+                self.ssh_key_file,
+                self.ssh_known_hosts,
+                os.environ.get(PASSPHRASE_ENV),
+            )
+        return SSHSettings.from_env()
+
     def endpoint(self) -> tuple[str, int]:
-        """Where to connect; an SSH tunnel would substitute its local end here."""
+        """Where to connect: the URL's host, or the local end of the SSH tunnel (re-opened
+        here when it dropped since the last call)."""
         p = self.parsed
-        return p.host, p.port
+        settings = self.ssh_settings()
+        if settings is None:
+            return p.host, p.port
+        from s3rs_assets.ssh import tunnel_for
+
+        tunnel = tunnel_for(settings, p.host, p.port, timeout=self.connect_timeout)
+        return "127.0.0.1", tunnel.local_port
 
     def connect(self) -> pymysql.connections.Connection:
         p = self.parsed
-        host, port = self.endpoint()
-        try:
-            return pymysql.connect(
-                host=host,
-                port=port,
-                user=p.user,
-                password=p.password,
-                database=p.database or None,
-                charset="utf8mb4",
-                autocommit=True,
-                connect_timeout=self.connect_timeout,
-                read_timeout=self.read_timeout,
-            )
-        except pymysql.err.OperationalError as e:
-            # pymysql messages carry user and host, never the password.
-            raise ConfigError(f"cannot connect to MySQL at {p.redacted()}: {e.args[-1]}") from None
+        via = ""
+        for attempt in (1, 2):
+            host, port = self.endpoint()
+            if host != p.host or port != p.port:
+                via = " through the SSH tunnel"
+            try:
+                return pymysql.connect(
+                    host=host,
+                    port=port,
+                    user=p.user,
+                    password=p.password,
+                    database=p.database or None,
+                    charset="utf8mb4",
+                    autocommit=True,
+                    connect_timeout=self.connect_timeout,
+                    read_timeout=self.read_timeout,
+                )
+            except pymysql.err.OperationalError as e:
+                if via and attempt == 1:
+                    continue  # the tunnel may have dropped just now: endpoint() re-opens it
+                # pymysql messages carry user and host, never the password.
+                raise ConfigError(
+                    f"cannot connect to MySQL at {p.redacted()}{via}: {e.args[-1]}"
+                ) from None
+        raise AssertionError("unreachable")
 
     def jdbc_url(self) -> str:
         # jdbc:mysql (not jdbc:mariadb) so Spark picks its MySQL dialect and quotes with
@@ -138,7 +188,28 @@ class SparkResource(dg.ConfigurableResource):
         if self._session is None:
             with _SPARK_LOCK:
                 self._session = get_spark(self)
+                warm_up(self._session)
         return self._session
+
+
+def _warm(batches: Any) -> Any:
+    # Importing these once per Python worker is what makes a run's first chunk slow.
+    import boto3  # noqa: F401
+    import connectorx  # noqa: F401
+    import pyarrow.parquet  # noqa: F401
+
+    yield from batches
+
+
+def warm_up(session: Any) -> None:
+    """Start Spark's Python workers (reused by later tasks) as part of start-up."""
+    if session.conf.get("spark.python.worker.reuse", "true") != "true":
+        return
+    try:
+        cores = int(session.sparkContext.defaultParallelism)
+    except Exception:  # Spark Connect: workers live on the server; nothing to warm here
+        return
+    session.range(0, cores, numPartitions=cores).mapInArrow(_warm, "id long").collect()
 
 
 def get_spark(res: SparkResource) -> Any:

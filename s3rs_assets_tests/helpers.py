@@ -62,16 +62,20 @@ def read_parquet(s3_client, bucket: str, keys: list[str]) -> pa.Table:
     return pa.concat_tables(tables) if tables else pa.table({})
 
 
-def resources(mysql_url: str, s3_resource, spark_resource) -> dict:
+def resources(mysql_url: str, s3_resource, spark_resource, pg_url: str | None = None) -> dict:
     from s3rs_assets.io_manager import S3RSIOManager
     from s3rs_assets.resources import MySQLResource
+    from s3rs_assets.warehouse import WarehouseResource
 
-    return {
+    res = {
         "mysql": MySQLResource(url=mysql_url),
         "s3": s3_resource,
         "spark": spark_resource,
         "s3rs_io_manager": S3RSIOManager(s3=s3_resource),
     }
+    if pg_url:
+        res["warehouse"] = WarehouseResource(url=pg_url)
+    return res
 
 
 def backup(cfg: TableConfig, res: dict, *, partition: str | None = None,
@@ -82,7 +86,7 @@ def backup(cfg: TableConfig, res: dict, *, partition: str | None = None,
 
     from s3rs_assets.assets import asset_key, build_table_assets
 
-    assets = build_table_assets(cfg)
+    assets = [a for a in build_table_assets(cfg) if a.key == asset_key(cfg, "s3_parquet")]
     tags = {}
     if start is not None:
         tags = {"dagster/asset_partition_range_start": start,
@@ -118,3 +122,26 @@ def list_keys(s3_client, bucket: str, prefix: str) -> list[str]:
     for page in s3_client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
         keys.extend(o["Key"] for o in page.get("Contents", []))
     return keys
+
+
+def sync(cfg: TableConfig, res: dict, *, partition: str | None = None, start: str | None = None,
+         end: str | None = None, instance=None, stages: tuple[str, ...] = ("s3_parquet",
+         "redshift_table"), raise_on_error: bool = True):
+    """Materialize both stages (or `stages`) of `cfg` in this process."""
+    import dagster as dg
+
+    from s3rs_assets.assets import asset_key, build_table_assets
+
+    tags = None
+    if start is not None:
+        tags = {"dagster/asset_partition_range_start": start,
+                "dagster/asset_partition_range_end": end or start}
+    return dg.materialize(
+        build_table_assets(cfg),
+        selection=[asset_key(cfg, s) for s in stages],
+        resources=res,
+        partition_key=partition,
+        tags=tags,
+        instance=instance,
+        raise_on_error=raise_on_error,
+    )

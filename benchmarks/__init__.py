@@ -1,0 +1,1 @@
+"""s3rs benchmarks: `make bench` or `.venv/bin/python -m benchmarks.run --help`."""

@@ -1,0 +1,140 @@
+"""Every column type of the demo table round-trips exactly, through both readers."""
+
+from __future__ import annotations
+
+from datetime import date, datetime, timedelta
+from decimal import Decimal
+
+import pyarrow as pa
+import pytest
+
+from s3rs_assets import demo_data
+from s3rs_assets.errors import SourceSchemaError
+from s3rs_assets.io_manager import store_for
+from s3rs_assets.types import SourceColumn, column_type, select_expr
+from s3rs_assets_tests.helpers import backup, manifest_keys, read_parquet, resources, table_cfg
+
+END = datetime(2025, 5, 1, 18, 0)
+
+
+@pytest.fixture(scope="module")
+def demo(mysql_db):
+    import pymysql
+
+    conn = pymysql.connect(host="127.0.0.1", user="root", database=mysql_db, autocommit=True,
+                           charset="utf8mb4")
+    demo_data.create_table(conn, mysql_db, "demo_types", drop=True)
+    demo_data.seed(conn, mysql_db, "demo_types", 3000, end=END, span=timedelta(hours=6))
+    with conn.cursor() as cur:
+        # the extremes, on top of what the seed generates
+        cur.execute(
+            "INSERT INTO demo_types (id, order_no, partner_id, partner_ref, receiver_name, "
+            "receiver_city, address, amount, fee, tax_rate, currency, weight_kg, quantity, "
+            "status, is_paid, attrs, delivery_date, delivery_window, created_at, update_at, "
+            "paid_at, remark) VALUES (900001, 'X', -2147483648, 18446744073709551615, "
+            "'𠀋 🚚 é', '', 'a\\tb\\nc\\\\d \"q\" ''s''', -99999999999999.9999, -0.01, 0.0001, "
+            "'EUR', 1e-300, -32768, -128, 1, '{\"k\": [1, \"ü\"]}', '1970-01-01', '838:59:59', "
+            "'1970-01-01 00:00:00.000001', '2025-05-01 13:00:00.999999', "
+            "'2038-01-19 03:14:07.999999', '')"
+        )
+    yield conn
+    conn.close()
+
+
+def _mysql_rows(conn, table: str) -> dict[int, dict]:
+    cols = demo_data.COLUMNS
+    with conn.cursor() as cur:
+        cur.execute(
+            f"SELECT {', '.join(cols)}, CAST(delivery_window AS CHAR) FROM `{table}` ORDER BY id"
+        )
+        rows = cur.fetchall()
+    out = {}
+    for r in rows:
+        row = dict(zip(cols, r[:-1], strict=True))
+        row["delivery_window"] = r[-1]
+        row["is_paid"] = None if row["is_paid"] is None else bool(row["is_paid"])
+        out[row["id"]] = row
+    return out
+
+
+def _normalize(row: dict) -> dict:
+    out = dict(row)
+    if out["partner_ref"] is not None:
+        out["partner_ref"] = int(out["partner_ref"])  # DECIMAL(20,0) in parquet
+    return out
+
+
+@pytest.mark.parametrize("reader", ["connectorx", "jdbc"])
+def test_demo_table_round_trips_exactly(demo, mysql_db, mysql_url, s3_resource, s3_client,
+                                        spark_resource, reader):
+    cfg = table_cfg(mysql_db, "demo_types", chunk_rows=1200, reader=reader)
+    backup(cfg, resources(mysql_url, s3_resource, spark_resource), partition="2025-05-01")
+    store = store_for(s3_resource)
+    table = read_parquet(s3_client, s3_resource.bucket, manifest_keys(store, cfg.name))
+    schema = table.schema
+    assert schema.field("amount").type == pa.decimal128(18, 4)
+    assert schema.field("partner_ref").type == pa.decimal128(20, 0)
+    assert schema.field("is_paid").type == pa.bool_()
+    assert schema.field("update_at").type == pa.timestamp("us")
+    assert schema.field("paid_at").type == pa.timestamp("us")
+    assert schema.field("delivery_date").type == pa.date32()
+    assert schema.field("delivery_window").type == pa.string()
+    assert schema.field("attrs").type == pa.string()
+    expected = _mysql_rows(demo, "demo_types")
+    got = {r["id"]: _normalize(r) for r in table.to_pylist()}
+    assert got.keys() == expected.keys()
+    for key, row in expected.items():
+        assert got[key] == row, f"row {key} differs"
+    edge = got[900001]
+    assert edge["amount"] == Decimal("-99999999999999.9999")
+    assert edge["partner_ref"] == 18446744073709551615
+    assert edge["receiver_name"] == "𠀋 🚚 é"
+    assert edge["address"] == "a\tb\nc\\d \"q\" 's'"
+    assert edge["delivery_window"] == "838:59:59"
+    assert edge["update_at"] == datetime(2025, 5, 1, 13, 0, 0, 999999)
+    assert edge["delivery_date"] == date(1970, 1, 1)
+    assert edge["remark"] == "" and edge["fee"] == Decimal("-0.01")
+
+
+@pytest.mark.parametrize(
+    ("data_type", "column_type_", "arrow", "warehouse"),
+    [
+        ("tinyint", "tinyint(1)", pa.bool_(), "BOOLEAN"),
+        ("tinyint", "tinyint(4)", pa.int16(), "SMALLINT"),
+        ("bigint", "bigint(20) unsigned", pa.decimal128(20, 0), "DECIMAL(20,0)"),
+        ("int", "int(10) unsigned", pa.int64(), "BIGINT"),
+        ("datetime", "datetime(6)", pa.timestamp("us"), "TIMESTAMP"),
+        ("time", "time", pa.string(), "VARCHAR(16)"),
+        ("longtext", "longtext", pa.string(), "VARCHAR(65535)"),
+        ("json", "json", pa.string(), "VARCHAR(65535)"),
+    ],
+)
+def test_mapping_table(data_type, column_type_, arrow, warehouse):
+    t = column_type(SourceColumn("c", data_type, column_type_))
+    assert (t.arrow, t.warehouse) == (arrow, warehouse)
+
+
+def test_varchar_is_sized_in_bytes_and_capped():
+    assert column_type(SourceColumn("c", "varchar", "varchar(100)", char_length=100)).warehouse == (
+        "VARCHAR(400)")
+    assert column_type(SourceColumn("c", "varchar", "varchar(20000)", char_length=20000)
+                       ).warehouse == "VARCHAR(65535)"
+    assert column_type(SourceColumn("c", "decimal", "decimal(18,4)", precision=18, scale=4)
+                       ).warehouse == "DECIMAL(18,4)"
+
+
+def test_unmappable_types_are_refused_by_name():
+    with pytest.raises(SourceSchemaError, match="'shape'.*geometry"):
+        column_type(SourceColumn("shape", "geometry", "geometry"))
+    with pytest.raises(SourceSchemaError, match="DECIMAL\\(65,2\\)"):
+        column_type(SourceColumn("big", "decimal", "decimal(65,2)", precision=65, scale=2))
+
+
+def test_readers_select_what_they_can_decode_exactly():
+    dec = SourceColumn("amount", "decimal", "decimal(18,4)", precision=18, scale=4)
+    tm = SourceColumn("t", "time", "time")
+    dt = SourceColumn("d", "datetime", "datetime(6)")
+    assert select_expr(dec) == "`amount`"
+    assert select_expr(dec, "connectorx") == "CAST(`amount` AS CHAR) AS `amount`"
+    assert select_expr(tm) == "CAST(`t` AS CHAR) AS `t`"
+    assert select_expr(dt, "connectorx") == "IF(`d` = 0, NULL, `d`) AS `d`"

@@ -1,0 +1,191 @@
+"""verify_table against a real MariaDB and PostgreSQL: equal data is ok, hand edits are found."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+import pytest
+
+from s3rs_assets.config import TableConfig
+from s3rs_assets.errors import ConfigError
+from s3rs_assets.load import LoadTarget, load_files
+from s3rs_assets.types import SourceColumn
+from s3rs_assets.verify import (
+    PartitionCheck,
+    mysql_checksum_sql,
+    verify_table,
+    warehouse_checksum_sql,
+    warehouse_hash_expr,
+)
+from s3rs_assets.warehouse import WarehouseResource
+from s3rs_assets_tests.test_load import make_table, pg, put_parquet
+
+COLUMNS = [
+    SourceColumn("id", "bigint", "bigint", nullable=False),
+    SourceColumn("code", "varchar", "varchar(20)", nullable=False, char_length=20),
+    SourceColumn("flag", "tinyint", "tinyint(1)"),
+    SourceColumn("amount", "decimal", "decimal(12,3)", precision=12, scale=3),
+    SourceColumn("update_at", "datetime", "datetime(6)"),
+]
+DAYS = [datetime(2024, 3, 1) + timedelta(days=i) for i in range(3)]
+PARTITIONS = [(d.strftime("%Y-%m-%d"), d, d + timedelta(days=1)) for d in DAYS]
+
+
+def _rows() -> list[dict]:
+    rows = []
+    for i in range(60):
+        day = DAYS[i % 3]
+        rows.append(
+            {
+                "id": i,
+                "code": f"c-{i % 4}-é😀",  # composite key (code, id), utf8mb4
+                "flag": i % 2 == 0,
+                "amount": Decimal(i) / 8,
+                # whole seconds (printed .000000 on both sides) and microseconds; ties too
+                "update_at": day + timedelta(hours=i % 5, microseconds=0 if i % 3 else 1000 + i),
+            }
+        )
+    rows.append(
+        {
+            "id": 99,
+            "code": "x",
+            "flag": None,
+            "amount": None,
+            "update_at": datetime(2024, 3, 1, 23, 59, 59, 999999),
+        }
+    )
+    return rows
+
+
+@pytest.fixture
+def loaded(mysql_conn, pg_url, s3_resource, s3_client, bucket):
+    table = f"t_{uuid.uuid4().hex[:8]}"
+    rows = _rows()
+    with mysql_conn.cursor() as cur:
+        cur.execute(
+            f"CREATE TABLE `{table}` (id BIGINT NOT NULL, code VARCHAR(20) NOT NULL, "
+            "flag TINYINT(1), amount DECIMAL(12,3), update_at DATETIME(6), "
+            "PRIMARY KEY (code, id), KEY (update_at))"
+        )
+        cur.executemany(
+            f"INSERT INTO `{table}` VALUES (%s, %s, %s, %s, %s)",
+            [(r["id"], r["code"], r["flag"], r["amount"], r["update_at"]) for r in rows],
+        )
+    db = mysql_conn.db.decode() if isinstance(mysql_conn.db, bytes) else mysql_conn.db
+    cfg = TableConfig.from_dict(
+        {
+            "name": f"{db}.{table}",
+            "primary_key": ["code", "id"],
+            "target": f"vf_{uuid.uuid4().hex[:8]}.{table}",
+        }
+    )
+    target = LoadTarget.from_table_config(cfg, COLUMNS)
+    wh = WarehouseResource(url=pg_url)
+    for name, start, end in PARTITIONS:
+        part = [r for r in rows if start <= r["update_at"] < end]
+        key = f"s3rs/data/{cfg.schema}/{table}/{name}/part-0.parquet"
+        f = put_parquet(s3_client, bucket, key, make_table(part, COLUMNS))
+        load_files(wh, s3_resource, target, name, [f])
+    return wh, target, cfg
+
+
+def test_equal_tables_are_ok(loaded, mysql_conn):
+    wh, target, cfg = loaded
+    checks = verify_table(mysql_conn, wh, target, cfg, PARTITIONS)
+    assert [c.partition for c in checks] == [p[0] for p in PARTITIONS]
+    assert all(c.ok for c in checks), [c.describe() for c in checks]
+    assert [c.mysql_rows for c in checks] == [21, 20, 20]
+    assert all(c.mysql_checksum == c.warehouse_checksum > 0 for c in checks)
+    # An empty window is ok too (0 rows, checksum 0 on both sides).
+    empty = verify_table(
+        mysql_conn, wh, target, cfg, [("2030-01-01", datetime(2030, 1, 1), datetime(2030, 1, 2))]
+    )
+    assert empty == [
+        PartitionCheck("2030-01-01", 0, 0, 0, 0, True, datetime(2030, 1, 1), datetime(2030, 1, 2))
+    ]
+
+
+def test_hand_edits_are_detected_per_partition(loaded, mysql_conn, pg_url):
+    wh, target, cfg = loaded
+    t = f'"{target.schema}"."{target.table}"'
+    pg(pg_url, f"DELETE FROM {t} WHERE id = 3 RETURNING id")  # day 1 loses a row
+    # day 2: one row's cursor moved by a microsecond, still inside its window
+    pg(
+        pg_url,
+        f"UPDATE {t} SET update_at = update_at + interval '1 microsecond' "
+        "WHERE id = 4 RETURNING id",
+    )
+    checks = verify_table(mysql_conn, wh, target, cfg, PARTITIONS)
+    by = {c.partition: c for c in checks}
+    d1, d2, d3 = (by[p[0]] for p in PARTITIONS)
+    assert not d1.ok and (d1.mysql_rows, d1.warehouse_rows) == (21, 20)
+    assert not d2.ok and d2.mysql_rows == d2.warehouse_rows == 20
+    assert d2.mysql_checksum != d2.warehouse_checksum
+    assert d3.ok
+    assert "checksums" in d2.describe() and "21 rows in MySQL, 20" in d1.describe()
+
+
+def test_missing_target_counts_as_zero_rows(mysql_conn, pg_url, loaded):
+    wh, target, cfg = loaded
+    gone = LoadTarget(
+        "nowhere_schema",
+        target.table,
+        target.columns,
+        target.primary_key,
+        target.cursor,
+        target.source_name,
+    )
+    checks = verify_table(mysql_conn, wh, gone, cfg, PARTITIONS[:1])
+    assert checks[0].warehouse_rows == 0 and checks[0].mysql_rows == 21 and not checks[0].ok
+
+
+def test_bad_windows_and_cursor_are_refused(loaded, mysql_conn):
+    wh, target, cfg = loaded
+    with pytest.raises(ConfigError, match="start >= end"):
+        verify_table(mysql_conn, wh, target, cfg, [("x", DAYS[1], DAYS[0])])
+    other = TableConfig.from_dict({"name": cfg.name, "cursor": "created_at"})
+    with pytest.raises(ConfigError, match="cursor"):
+        verify_table(mysql_conn, wh, target, other, PARTITIONS)
+
+
+_T = LoadTarget("dw", "orders", COLUMNS, ("code", "id"), "update_at", "shop.orders")
+
+
+def test_checksum_sql_texts():
+    assert mysql_checksum_sql("shop.orders", _T, 2) == (
+        "SELECT CASE WHEN `update_at` >= %s AND `update_at` < %s THEN 0 "
+        "WHEN `update_at` >= %s AND `update_at` < %s THEN 1 END AS `p`, COUNT(*), "
+        "COALESCE(SUM(CAST(CONV(SUBSTRING(MD5(CONCAT(CONVERT(`code` USING utf8mb4), '|', "
+        "CAST(`id` AS CHAR), '|', DATE_FORMAT(`update_at`, '%%Y-%%m-%%d %%H:%%i:%%s.%%f'))), "
+        "1, 15), 16, 10) AS UNSIGNED)), 0) FROM `shop`.`orders` "
+        "WHERE `update_at` >= %s AND `update_at` < %s GROUP BY `p`"
+    )
+    assert warehouse_hash_expr(_T, "postgres") == (
+        "('x' || SUBSTR(MD5(\"code\" || '|' || CAST(\"id\" AS VARCHAR) || '|' || "
+        "TO_CHAR(\"update_at\", 'YYYY-MM-DD HH24:MI:SS.US')), 1, 15))::BIT(60)::BIGINT"
+    )
+    assert warehouse_checksum_sql(_T, "redshift", 1) == (
+        'SELECT CASE WHEN "update_at" >= %s AND "update_at" < %s THEN 0 END AS "p", COUNT(*), '
+        'COALESCE(SUM(CAST(STRTOL(SUBSTRING(MD5("code" || \'|\' || CAST("id" AS VARCHAR) || '
+        "'|' || TO_CHAR(\"update_at\", 'YYYY-MM-DD HH24:MI:SS.US')), 1, 15), 16) "
+        "AS DECIMAL(38,0))), 0) "
+        'FROM "dw"."orders" WHERE "update_at" >= %s AND "update_at" < %s GROUP BY 1'
+    )
+
+
+def test_boolean_and_date_keys_print_alike():
+    cols = [
+        SourceColumn("flag", "tinyint", "tinyint(1)"),
+        SourceColumn("d", "date", "date"),
+        SourceColumn("update_at", "datetime", "datetime"),
+    ]
+    t = LoadTarget("dw", "x", cols, ("flag", "d"), "update_at", "a.x")
+    assert warehouse_hash_expr(t, "redshift").startswith(
+        "CAST(STRTOL(SUBSTRING(MD5(CASE WHEN \"flag\" THEN '1' ELSE '0' END || '|' || "
+        "TO_CHAR(\"d\", 'YYYY-MM-DD') || '|' ||"
+    )
+    assert "IF(`flag` <> 0, '1', '0'), '|', DATE_FORMAT(`d`, '%%Y-%%m-%%d')" in mysql_checksum_sql(
+        "a.x", t, 1
+    )
