@@ -145,6 +145,16 @@ def pg_connect(u: DatabaseURL, database: str, autocommit: bool = True):
     )
 
 
+def pg_admin(u: DatabaseURL):
+    """A connection to the maintenance database `postgres` (else the URL's own)."""
+    try:
+        return pg_connect(u, "postgres")
+    except Exception:
+        if not u.database or u.database == "postgres":
+            raise
+        return pg_connect(u, u.database)
+
+
 def mysql_cli() -> str:
     for name in ("mariadb", "mysql"):
         path = shutil.which(name)
@@ -630,7 +640,7 @@ def load_module_ready() -> str | None:
 
 def ensure_pg(pg: DatabaseURL) -> None:
     """Database `s3rs_bench` exists and schema `s3rs_bench` in it is empty."""
-    with pg_connect(pg, pg.database or "postgres") as conn:
+    with pg_admin(pg) as conn:
         if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (SCHEMA,)).fetchone():
             conn.execute(f'CREATE DATABASE "{SCHEMA}"')
     with pg_connect(pg, SCHEMA) as conn:
@@ -656,7 +666,52 @@ def plain_table_sql(name: str, columns) -> str:
     return f'CREATE TABLE "{SCHEMA}"."{name}" ({cols})'
 
 
-def run_load(pg: DatabaseURL, mysql: DatabaseURL, table: str, backup: dict) -> dict[str, Any]:
+@contextmanager
+def profiled(enabled: bool) -> Iterator[dict[str, Any]]:
+    """With `enabled`: time every warehouse statement (WarehouseConnection.execute / query /
+    copy_from_stdin) and cProfile the Python side; results land in the yielded dict."""
+    out: dict[str, Any] = {}
+    if not enabled:
+        yield out
+        return
+    import cProfile
+    import pstats
+
+    from s3rs_assets.warehouse import WarehouseConnection
+
+    stmts: list[tuple[str, float]] = []
+    saved = {n: getattr(WarehouseConnection, n) for n in ("execute", "query", "copy_from_stdin")}
+
+    def wrap(name: str, fn: Any) -> Any:
+        def timed(self: Any, sql: str, *a: Any, **kw: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return fn(self, sql, *a, **kw)
+            finally:
+                stmts.append((f"{name}: " + " ".join(str(sql).split())[:90],
+                              time.perf_counter() - t0))
+
+        return timed
+
+    for n, fn in saved.items():
+        setattr(WarehouseConnection, n, wrap(n, fn))
+    prof = cProfile.Profile()
+    prof.enable()
+    try:
+        yield out
+    finally:
+        prof.disable()
+        for n, fn in saved.items():
+            setattr(WarehouseConnection, n, fn)
+        buf = io.StringIO()
+        pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(25)
+        out["statements"] = [(sql, round(t, 3)) for sql, t in stmts if t >= 0.05]
+        out["cprofile_top"] = buf.getvalue()
+
+
+def run_load(
+    pg: DatabaseURL, mysql: DatabaseURL, table: str, backup: dict, profile: bool = False
+) -> dict[str, Any]:
     from s3rs_assets.load import LoadTarget, load_files
     from s3rs_assets.warehouse import WarehouseResource
 
@@ -664,15 +719,18 @@ def run_load(pg: DatabaseURL, mysql: DatabaseURL, table: str, backup: dict) -> d
     cfg = backup["cfg"]
     target = LoadTarget.from_table_config(cfg, src.columns, src.primary_key)
     wh = WarehouseResource(url=url_text(pg, "postgresql", SCHEMA))
-    t0 = time.perf_counter()
-    res = load_files(wh, backup["s3"], target, PARTITION, list(backup["files"]))
-    wall = time.perf_counter() - t0
+    with profiled(profile) as prof:
+        t0 = time.perf_counter()
+        res = load_files(wh, backup["s3"], target, PARTITION, list(backup["files"]))
+        wall = time.perf_counter() - t0
     count = pg_count(pg, target.table)
     out: dict[str, Any] = {"seconds": wall, "rows_in_target": count}
     for k in ("rows_staged", "rows_inserted", "rows_deleted", "copy_seconds", "merge_seconds"):
         if hasattr(res, k):
             out[k] = getattr(res, k)
     out["files_loaded"] = len(getattr(res, "files_loaded", []) or [])
+    if prof:
+        out["profile"] = prof
     return out
 
 
@@ -764,7 +822,7 @@ def machine_info(mysql: DatabaseURL, pg: DatabaseURL | None) -> dict[str, Any]:
         info["innodb_buffer_pool_mb"] = int(bp) // MB
     if pg is not None:
         try:
-            with pg_connect(pg, pg.database or "postgres") as conn:
+            with pg_admin(pg) as conn:
                 info["postgres_version"] = conn.execute("SHOW server_version").fetchone()[0]
         except Exception as e:
             info["postgres_version"] = f"unreachable ({type(e).__name__})"
@@ -849,6 +907,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="keep the PostgreSQL tables of this run (schema s3rs_bench)")
     ap.add_argument("--dagster-log-level", default="WARNING",
                     help="console log level of the Dagster run (default WARNING)")
+    ap.add_argument("--profile-load", action="store_true",
+                    help="time each warehouse statement of the s3rs load and cProfile it "
+                    "(slows the load a little; printed and in --json)")
     ap.add_argument("--memory-check", action="store_true",
                     help="run the backup alone, in a fresh process per table size, and "
                     "compare peak RSS")
@@ -1017,7 +1078,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
                     say(f"    {base['seconds']:.1f} s")
                     say("==> load: s3rs load_files (COPY + merge + ledger) into an empty target")
                     with mem.measure("load"):
-                        ld = run_load(pg, mysql, table, backup)
+                        ld = run_load(pg, mysql, table, backup, profile=args.profile_load)
                     report["load"] = ld
                     say(f"    {ld['seconds']:.1f} s")
                     for what, got in (("baseline", base), ("s3rs load", ld)):
@@ -1125,6 +1186,12 @@ def print_report(report: dict[str, Any]) -> None:
         say(f"load: {ld['seconds']:.1f} s = COPY to staging {ld['copy_seconds']:.1f} s + merge "
             f"{ld['merge_seconds']:.1f} s + ledger/DDL/commit "
             f"{ld['seconds'] - ld['copy_seconds'] - ld['merge_seconds']:.1f} s")
+    prof = (ld or {}).get("profile")
+    if prof:
+        say("load statements >= 0.05 s:")
+        for sql, t in prof["statements"]:
+            say(f"  {t:7.2f} s  {sql}")
+        say(prof["cprofile_top"])
     lf = report.get("load_floor")
     if lf:
         say(f"floor: mariadb | sed > TSV {lf['dump']['seconds']:.1f} s "

@@ -2,22 +2,66 @@
 
 Sensors and this CLI never start Spark themselves; `s3rs sync` launches Dagster runs, and
 those runs start one SparkSession for the whole command.
+
+Exit codes: 0 done; 1 a sync or verify found a failure, or a confirmation was declined;
+2 bad input or configuration (unknown table, invalid timestamp, conflicting flags,
+unreachable service): nothing was changed.
+
+Every line printed goes through `logs.redact`, and every log line through the redaction
+filter, so no credential from the environment reaches the terminal.
+
+Manual watermark changes (`watermark set` / `reset`) are compare-and-swap updates of the
+current record (`WatermarkStore.update`): a run working on the same table at that moment
+loses its next checkpoint with a WatermarkConflict instead of overwriting the manual
+setting, and later runs only move the cursors forward from where `set` put them.
 """
 
 from __future__ import annotations
 
+import calendar
+import inspect
 import json
+import logging
 import os
+import re
 import sys
+import threading
+import time
+import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from functools import wraps
 from typing import Any
 
 import click
 
+from s3rs_assets import logs
 from s3rs_assets.config import TableConfig, find_table, load_tables
-from s3rs_assets.errors import S3rsError
-from s3rs_assets.watermark import WatermarkRecord, iso
+from s3rs_assets.errors import ConfigError, S3rsError, WatermarkConflict
+from s3rs_assets.watermark import (
+    PartitionState,
+    Position,
+    WatermarkRecord,
+    iso,
+    utcnow,
+)
+
+log = logging.getLogger("s3rs.cli")
+
+SYNC_TAG = "s3rs/cli_sync"  # unique per (command, table): finds the run while it executes
+MANUAL_STRATEGY = "manual_cli"
+
+
+# ----------------------------------------------------------------------------- plumbing
+
+
+def echo(text: str = "", err: bool = False, **style: Any) -> None:
+    """click.echo through the redactor: nothing printed may carry a credential."""
+    text = logs.redact(text)
+    if style:
+        click.secho(text, err=err, **style)
+    else:
+        click.echo(text, err=err)
 
 
 def _s3():
@@ -35,16 +79,54 @@ def _store(s3=None):
     return store_for(s3 or _s3())
 
 
+def _mysql():
+    from s3rs_assets.resources import MySQLResource
+
+    url = os.environ.get("S3RS_MYSQL_URL")
+    if not url:
+        raise ConfigError("S3RS_MYSQL_URL is not set (mysql://user:password@host:port/db)")
+    return MySQLResource(url=url)
+
+
+def _warehouse():
+    from s3rs_assets.warehouse import WarehouseResource
+
+    url = os.environ.get("S3RS_REDSHIFT_URL")
+    if not url:
+        raise ConfigError(
+            "S3RS_REDSHIFT_URL is not set (redshift://... or postgresql://user:password@host/db)"
+        )
+    return WarehouseResource(url=url, iam_role=os.environ.get("S3RS_REDSHIFT_IAM_ROLE") or None)
+
+
+def _source_now() -> datetime:
+    """The MySQL server's clock (naive, source time zone): what cursors compare against."""
+    from s3rs_assets.source import server_now
+
+    with _mysql().connect() as conn:
+        return server_now(conn)
+
+
 def friendly_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn s3rs's own errors into one red line and exit code 2, without a traceback."""
+    """Turn s3rs's own errors into one red line and exit code 2, without a traceback.
+
+    Anything else is a bug or an unexpected service error: one redacted line, exit 1, and
+    the (redacted) traceback at debug level.
+    """
 
     @wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         except S3rsError as e:
-            click.secho(f"error: {e}", fg="red", err=True)
+            echo(f"error: {e}", err=True, fg="red")
             sys.exit(2)
+        except (click.ClickException, click.exceptions.Exit, click.Abort, SystemExit):
+            raise
+        except Exception as e:  # noqa: BLE001 - the last line of defence for secrets
+            log.debug("unexpected error", exc_info=True)
+            echo(f"error: unexpected {type(e).__name__}: {e}", err=True, fg="red")
+            sys.exit(1)
 
     return wrapper
 
@@ -62,9 +144,132 @@ def _tables(names: tuple[str, ...], all_: bool = False) -> list[TableConfig]:
     return [find_table(tables, n) for n in names]
 
 
+def _table(name: str) -> TableConfig:
+    return find_table(load_tables(), name)
+
+
+def _dump(obj: Any) -> None:
+    echo(json.dumps(obj, indent=2, default=str))
+
+
 @click.group()
-def main() -> None:
+@click.option(
+    "--log-format",
+    type=click.Choice(logs.FORMATS),
+    default=None,
+    help="Log lines as text (default) or JSON lines; also S3RS_LOG_FORMAT.",
+)
+@click.option(
+    "--log-level",
+    default=lambda: os.environ.get("S3RS_LOG_LEVEL", "INFO"),
+    show_default="INFO",
+    help="DEBUG, INFO, WARNING or ERROR (S3RS_LOG_LEVEL).",
+)
+@click.pass_context
+def main(ctx: click.Context, log_format: str | None, log_level: str) -> None:
     """s3rs: keep Redshift in step with MySQL through S3 parquet, on Dagster."""
+    try:
+        fmt = logs.resolve_format(log_format)
+        logs.configure(fmt, log_level)
+    except S3rsError as e:
+        raise click.UsageError(str(e)) from None
+    ctx.obj = {"log_format": fmt, "log_level": log_level.upper()}
+
+
+# -------------------------------------------------------------------------- timestamps
+
+_ABSOLUTE_FORMATS = (
+    "%Y-%m-%d %H:%M:%S.%f",
+    "%Y-%m-%d %H:%M:%S",
+    "%Y-%m-%dT%H:%M:%S.%f",
+    "%Y-%m-%dT%H:%M:%S",
+    "%Y-%m-%d %H:%M",
+    "%Y-%m-%d",
+)
+_RELATIVE = re.compile(r"^\s*(\d+)\s*([a-zA-Z]+)\s*(?:ago)?\s*$")
+_UNITS = {
+    **dict.fromkeys(("s", "sec", "secs", "second", "seconds"), timedelta(seconds=1)),
+    **dict.fromkeys(("m", "min", "mins", "minute", "minutes"), timedelta(minutes=1)),
+    **dict.fromkeys(("h", "hr", "hour", "hours"), timedelta(hours=1)),
+    **dict.fromkeys(("d", "day", "days"), timedelta(days=1)),
+    **dict.fromkeys(("w", "week", "weeks"), timedelta(weeks=1)),
+}
+_MONTHS = ("mo", "mon", "month", "months")
+TIMESTAMP_HELP = (
+    "'YYYY-MM-DD HH:MM:SS[.ffffff]' (or 'YYYY-MM-DD') in the source's time zone, or a time "
+    "before now such as 2h, 7d, 1week, 1month"
+)
+
+
+def _months_before(now: datetime, n: int) -> datetime:
+    index = now.year * 12 + now.month - 1 - n
+    year, month = divmod(index, 12)
+    day = min(now.day, calendar.monthrange(year, month + 1)[1])
+    return now.replace(year=year, month=month + 1, day=day)
+
+
+def parse_relative(text: str, now: datetime, what: str = "time") -> datetime | None:
+    """`7d`, `1week`, `1month`, `2h` before `now`; None when `text` is not relative."""
+    m = _RELATIVE.match(text or "")
+    if not m:
+        return None
+    n, unit = int(m.group(1)), m.group(2).lower()
+    if unit in _MONTHS:
+        return _months_before(now, n)
+    if unit not in _UNITS:
+        raise ConfigError(
+            f"invalid {what} {text!r}: unknown unit {unit!r} (use s, m, h, d, week or month)"
+        )
+    return now - n * _UNITS[unit]
+
+
+def parse_timestamp_syntax(text: str) -> datetime | None:
+    """The absolute timestamp in `text`; None if it is relative; ConfigError if neither."""
+    value = (text or "").strip()
+    if _RELATIVE.match(value):
+        return None
+    first_error = None
+    for fmt in _ABSOLUTE_FORMATS:
+        try:
+            return datetime.strptime(value, fmt)
+        except ValueError as e:
+            first_error = first_error or e
+    if re.match(r"^\d{4}-\d{1,2}-\d{1,2}", value):
+        # The date has the right shape but is not a date (2024-02-30): say why.
+        try:
+            datetime.strptime(value[:10], "%Y-%m-%d")
+            why = "time part not understood"
+        except ValueError as e:
+            why = str(e)
+        raise ConfigError(f"invalid timestamp {text!r}: {why}; expected {TIMESTAMP_HELP}")
+    raise ConfigError(f"invalid timestamp {text!r}: expected {TIMESTAMP_HELP}")
+
+
+def resolve_timestamp(text: str, source_now: datetime) -> datetime:
+    """Absolute or relative `text` as a naive source-clock timestamp, not after `source_now`."""
+    ts = parse_timestamp_syntax(text)
+    if ts is None:
+        ts = parse_relative(text, source_now, "timestamp")
+    if ts > source_now:
+        raise ConfigError(
+            f"timestamp {iso(ts)} is in the future of the source clock ({iso(source_now)}): "
+            "a watermark there would skip rows not written yet"
+        )
+    return ts
+
+
+def parse_age(text: str, option: str) -> timedelta:
+    """`--older-than 7d` (also 12h, 2week, 1month); ConfigError naming the option."""
+    now = datetime(2000, 3, 31)  # any fixed date: months count as calendar months from here
+    ts = parse_relative(text, now, option) if text else None
+    if ts is None:
+        raise ConfigError(
+            f"invalid {option} {text!r}: expected an age such as 12h, 7d, 2week or 1month"
+        )
+    return now - ts
+
+
+# --------------------------------------------------------------------------------- sync
 
 
 @main.command()
@@ -73,11 +278,27 @@ def main() -> None:
 @click.option("--backup-only", is_flag=True, help="Only MySQL -> S3 (materialize s3_parquet).")
 @click.option("--redshift-only", is_flag=True, help="Only S3 -> Redshift (redshift_table).")
 @click.option("--limit", type=click.IntRange(min=1), help="Read at most N rows per table.")
+@click.option(
+    "--progress/--no-progress",
+    default=None,
+    help="Live progress line (default: on when stderr is a terminal, else log lines).",
+)
+@click.pass_context
 @friendly_errors
 def sync(
-    names: tuple[str, ...], all_: bool, backup_only: bool, redshift_only: bool, limit: int | None
+    ctx: click.Context,
+    names: tuple[str, ...],
+    all_: bool,
+    backup_only: bool,
+    redshift_only: bool,
+    limit: int | None,
+    progress: bool | None,
 ) -> None:
-    """Sync tables through Dagster, from the first incomplete partition to the current one."""
+    """Sync tables through Dagster, from the first incomplete partition to the current one.
+
+    Each table is one Dagster run (visible in the UI); a failed table does not stop the
+    others, and the command exits 1 naming every table that failed.
+    """
     from s3rs_assets import runner
 
     if backup_only and redshift_only:
@@ -87,20 +308,301 @@ def sync(
     tables = _tables(names, all_)
     stages = ("backup",) if backup_only else ("load",) if redshift_only else ("backup", "load")
     inst = runner.instance()
-    store = _store()
+    s3 = _s3()
+    store = _store(s3)
+    tty = sys.stderr.isatty() if progress is None else progress
     failed = []
     for table in tables:
-        plan = runner.plan_sync(table, store.read(table.name), stages)
-        click.echo(f"{table.name}: {' + '.join(stages)}, partitions {plan.start} .. {plan.end}")
-        result = runner.execute(plan, inst, limit=limit)
-        if result.success:
-            click.echo(f"{table.name}: run {result.run_id} succeeded")
-        else:
+        try:
+            plans = plan_runs(runner, table, store.read(table.name), stages)
+        except Exception as e:  # noqa: BLE001 - this table fails, the others still run
             failed.append(table.name)
-            click.secho(f"{table.name}: run {result.run_id} FAILED", fg="red", err=True)
+            echo(f"{table.name}: cannot plan the sync: {e}", err=True, fg="red")
+            continue
+        for plan in plans:
+            echo(
+                f"{table.name}: {' + '.join(plan.stages)}, partitions {plan.start} .. {plan.end}"
+            )
+            token = uuid.uuid4().hex
+            monitor = SyncMonitor(table, plan.stages, inst, s3, token, tty=tty)
+            monitor.start()
+            try:
+                result = _execute(runner, plan, inst, limit, {SYNC_TAG: token}, quiet=True)
+            except Exception as e:  # noqa: BLE001 - one table's failure must not stop others
+                monitor.stop()
+                failed.append(table.name)
+                echo(f"{table.name}: FAILED before the run started: {e}", err=True, fg="red")
+                break
+            monitor.stop()
+            if result.success:
+                echo(f"{table.name}: run {result.run_id} succeeded")
+            else:
+                failed.append(table.name)
+                echo(f"{table.name}: run {result.run_id} FAILED", err=True, fg="red")
+                for reason in _failure_reasons(result):
+                    echo(f"  {reason}", err=True, fg="red")
+                break
     if failed:
-        click.secho(f"failed: {', '.join(failed)}", fg="red", err=True)
+        echo(f"failed: {', '.join(failed)}", err=True, fg="red")
         sys.exit(1)
+
+
+def plan_runs(
+    runner: Any, table: TableConfig, record: WatermarkRecord | None, stages: tuple[str, ...]
+) -> list[Any]:
+    """The runs of one table's sync.
+
+    A backup run re-reads (recomputes) every *complete* partition in its range, so a range
+    must never reach back past the first incomplete backup partition only because the
+    load stage lags there (after `sync --backup-only`, or partitions `watermark set`
+    marked complete): that would read again windows the operator declared done. When the
+    load starts earlier, its backlog gets its own load-only run first.
+    """
+    from s3rs_assets.partitions import partition_keys
+
+    plan = runner.plan_sync(table, record, stages)
+    if stages != ("backup", "load"):
+        return [plan]
+    keys = partition_keys(table)
+    backup = keys.index(runner.first_incomplete(table, record, "backup"))
+    load = keys.index(runner.first_incomplete(table, record, "load"))
+    if load >= backup:
+        return [plan]
+    return [
+        runner.SyncPlan(table, ("load",), keys[load], keys[backup - 1]),
+        runner.SyncPlan(table, stages, keys[backup], plan.end),
+    ]
+
+
+def _execute(runner: Any, plan: Any, inst: Any, limit: int | None, tags: dict, quiet: bool):
+    """runner.execute, with Dagster's own console logger silenced when the runner allows it
+    (SyncMonitor then re-emits the run's log messages in s3rs's format, redacted)."""
+    params = inspect.signature(runner.execute).parameters
+    kwargs: dict[str, Any] = {"limit": limit, "extra_tags": tags}
+    if quiet and "loggers" in params:
+        kwargs["loggers"] = {"console": {"config": {"log_level": "CRITICAL"}}}
+    return runner.execute(plan, inst, **kwargs)
+
+
+def console_silenced() -> bool:
+    from s3rs_assets import runner
+
+    return "loggers" in inspect.signature(runner.execute).parameters
+
+
+def _failure_reasons(result: Any) -> list[str]:
+    out = []
+    try:
+        for ev in result.get_step_failure_events():
+            err = ev.step_failure_data.error
+            msg = (err.message if err else "") or "step failed"
+            out.append(f"{ev.step_key}: {msg.strip().splitlines()[0] if msg.strip() else msg}")
+    except Exception:  # noqa: BLE001 - best effort; the UI has the full story
+        pass
+    return out[:5]
+
+
+_CHUNK_MSG = re.compile(r"^(?P<table>\S+) (?P<partition>\S+): chunk (?P<chunk>\d+) ")
+
+
+class SyncMonitor:
+    """Follows one table's run while `execute_job` runs it in this thread.
+
+    Progress comes from two places, polled every half second from a daemon thread:
+
+    * the watermark primary in S3 (rows per partition, cursor, which partition moves):
+      read raw, never through recovery, so watching cannot change anything;
+    * the run's Dagster event log (found by the run's unique SYNC_TAG): step starts and
+      failures, and the chunk numbers of the backup's log messages. When the runner lets
+      the CLI silence Dagster's console logger, these messages are re-emitted through the
+      `s3rs.run` logger (so in the chosen format, through the redaction filter).
+
+    On a terminal it redraws one status line; otherwise it logs a `progress` line per
+    chunk checkpoint.
+    """
+
+    def __init__(
+        self, table: TableConfig, stages: tuple[str, ...], inst: Any, s3: Any, token: str,
+        *, tty: bool, interval: float = 0.5,
+    ):
+        self.table = table
+        self.stages = stages
+        self.inst = inst
+        self.s3 = s3
+        self.token = token
+        self.tty = tty
+        self.interval = interval
+        self.echo_events = console_silenced()
+        self.run_id: str | None = None
+        self._cursor: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="s3rs-sync-monitor", daemon=True)
+        self._client = s3.client()
+        self._key = _store(s3).primary_key(table.name)
+        self._base = self._read()
+        self._t0 = time.monotonic()
+        self._last: tuple | None = None
+        self._chunk = 0
+        self._partition: str | None = None
+        self._drawn = False
+        self.run_log = logging.getLogger("s3rs.run")
+        self.progress_log = logging.getLogger("s3rs.progress")
+        self.snapshots: list[dict[str, Any]] = []
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        self._poll()  # the last events and the final counts
+        self._clear()
+
+    # --------------------------------------------------------------------- sources
+
+    def _read(self) -> WatermarkRecord | None:
+        try:
+            body = self._client.get_object(Bucket=self.s3.bucket, Key=self._key)["Body"].read()
+            return WatermarkRecord.from_json(body, table_name=self.table.name)
+        except Exception:  # noqa: BLE001 - missing or mid-write: keep the last view
+            return None
+
+    def _find_run(self) -> None:
+        import dagster as dg
+
+        runs = self.inst.get_runs(filters=dg.RunsFilter(tags={SYNC_TAG: self.token}), limit=1)
+        if runs:
+            self.run_id = runs[0].run_id
+            self._t0 = time.monotonic()
+
+    def _events(self) -> None:
+        if self.run_id is None:
+            return
+        while True:
+            conn = self.inst.get_records_for_run(self.run_id, cursor=self._cursor, limit=500)
+            for rec in conn.records:
+                self._event(rec.event_log_entry)
+            self._cursor = conn.cursor
+            if not conn.has_more:
+                return
+
+    def _event(self, entry: Any) -> None:
+        msg = entry.user_message or ""
+        ev = entry.dagster_event
+        m = _CHUNK_MSG.match(msg)
+        if m and m["table"] == self.table.name:
+            self._chunk, self._partition = int(m["chunk"]), m["partition"]
+        if not self.echo_events:
+            return
+        extra = {"table": self.table.name, "run_id": self.run_id}
+        if ev is None:
+            self._log(self.run_log, entry.level, msg, event="run_log", **extra)
+            return
+        kind = ev.event_type_value
+        if kind in ("STEP_START", "STEP_SUCCESS", "RUN_START", "RUN_SUCCESS"):
+            self._log(self.run_log, logging.INFO, msg or kind.lower(), event=kind.lower(),
+                      stage=ev.step_key, **extra)
+        elif kind in ("STEP_FAILURE", "RUN_FAILURE", "ENGINE_EVENT") and entry.level >= 40:
+            self._log(self.run_log, logging.ERROR, msg or kind.lower(), event=kind.lower(),
+                      stage=ev.step_key, **extra)
+        elif kind == "ASSET_MATERIALIZATION":
+            self._log(self.run_log, logging.INFO, msg or "materialized",
+                      event="asset_materialization", stage=ev.step_key, **extra)
+
+    # ------------------------------------------------------------------- progress
+
+    def snapshot(self, rec: WatermarkRecord | None) -> dict[str, Any] | None:
+        if rec is None or self.run_id is None:
+            return None
+        base = self._base
+        rows = 0
+        newest: tuple[datetime, str] | None = None
+        for key, p in rec.partitions.items():
+            if p.run_id != self.run_id:
+                continue
+            before = base.partitions.get(key) if base else None
+            start = 0 if before is None or p.recomputes > before.recomputes else before.rows
+            rows += max(0, p.rows - start)
+            if newest is None or p.updated_at > newest[0]:
+                newest = (p.updated_at, key)
+        loaded = rec.redshift_rows_loaded - (base.redshift_rows_loaded if base else 0)
+        partition = newest[1] if newest else self._partition
+        state = rec.partitions.get(partition) if partition else None
+        seconds = max(time.monotonic() - self._t0, 1e-6)
+        return {
+            "table": self.table.name,
+            "partition": partition,
+            "chunk": self._chunk or None,
+            "rows": rows,
+            "rows_per_second": round(rows / seconds, 1),
+            "rows_loaded": max(0, loaded),
+            "cursor": str(state.cursor) if state and state.cursor else None,
+            "status": state.status if state else None,
+            "seconds": round(seconds, 1),
+        }
+
+    def _poll(self) -> None:
+        try:
+            if self.run_id is None:
+                self._find_run()
+            self._events()
+        except Exception:  # noqa: BLE001 - the display must never break the sync
+            log.debug("sync monitor: event poll failed", exc_info=True)
+        snap = self.snapshot(self._read())
+        if snap is None:
+            return
+        sig = (snap["partition"], snap["cursor"], snap["rows"], snap["rows_loaded"], snap["chunk"])
+        if sig == self._last:
+            if self.tty:
+                self._draw(snap)
+            return
+        self._last = sig
+        self.snapshots.append(snap)
+        if self.tty:
+            self._draw(snap)
+        elif snap["rows"] or snap["rows_loaded"]:
+            parts = [f"partition {snap['partition']}"]
+            if snap["chunk"]:
+                parts.append(f"chunk {snap['chunk']}")
+            parts += [f"{snap['rows']:,} rows", f"{snap['rows_per_second']:,.0f} rows/s"]
+            if "load" in self.stages:
+                parts.append(f"{snap['rows_loaded']:,} rows loaded")
+            if snap["cursor"]:
+                parts.append(f"cursor {snap['cursor']}")
+            self._log(
+                self.progress_log, logging.INFO, f"{self.table.name}: " + ", ".join(parts),
+                event="progress", table=snap["table"], partition=snap["partition"],
+                chunk=snap["chunk"], rows=snap["rows"], rows_per_second=snap["rows_per_second"],
+                seconds=snap["seconds"], cursor=snap["cursor"], run_id=self.run_id,
+            )
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._poll()
+
+    def _log(self, logger: logging.Logger, level: int, msg: str, **extra: Any) -> None:
+        self._clear()
+        logger.log(level, msg, extra={k: v for k, v in extra.items() if v is not None})
+
+    def _draw(self, snap: dict[str, Any]) -> None:
+        line = (
+            f"{self.table.name}  {snap['partition'] or '-'}  chunk {snap['chunk'] or '-'}  "
+            f"{snap['rows']:,} rows  {snap['rows_per_second']:,.0f} rows/s"
+        )
+        if "load" in self.stages:
+            line += f"  loaded {snap['rows_loaded']:,}"
+        sys.stderr.write("\r\x1b[2K" + logs.redact(line))
+        sys.stderr.flush()
+        self._drawn = True
+
+    def _clear(self) -> None:
+        if self._drawn:
+            sys.stderr.write("\r\x1b[2K")
+            sys.stderr.flush()
+            self._drawn = False
+
+
+# ---------------------------------------------------------------------------- watermark
 
 
 @main.group()
@@ -112,7 +614,24 @@ def _fmt(ts) -> str:
     return iso(ts).replace("T", " ") if ts else "-"
 
 
-def render_record(rec: WatermarkRecord, show_files: bool = False) -> str:
+def next_start(table: TableConfig, rec: WatermarkRecord | None) -> tuple[str, datetime, str]:
+    """(partition, timestamp, text) of where the next backup starts reading."""
+    from s3rs_assets.partitions import partitions_def, window
+    from s3rs_assets.runner import first_incomplete
+
+    key = first_incomplete(table, rec, "backup")
+    start = window(partitions_def(table), key)[0]
+    state = rec.partitions.get(key) if rec else None
+    if state is not None and state.status == "complete":
+        return key, start, f"partition {key}: every partition is complete up to now"
+    if state is not None and state.cursor is not None:
+        return key, state.cursor.c, f"partition {key} at {state.cursor}"
+    return key, start, f"partition {key} at ({_fmt(start)}, start)"
+
+
+def render_record(
+    rec: WatermarkRecord, show_files: bool = False, table: TableConfig | None = None
+) -> str:
     lines = [
         f"Watermark for {rec.table_name}",
         "",
@@ -131,6 +650,13 @@ def render_record(rec: WatermarkRecord, show_files: bool = False) -> str:
     ]
     if rec.last_error:
         lines.append(f"    last error:           {rec.last_error}")
+    if rec.backup_strategy == MANUAL_STRATEGY:
+        what = (
+            f"set by hand to {_fmt(rec.manual_timestamp)}"
+            if rec.manual_timestamp
+            else "reset by hand"
+        )
+        lines += ["", f"  Manual watermark: {what} (backup_strategy {MANUAL_STRATEGY})"]
     if rec.partitions:
         lines += ["", "  Partitions"]
         for key in sorted(rec.partitions):
@@ -141,9 +667,17 @@ def render_record(rec: WatermarkRecord, show_files: bool = False) -> str:
                 f"loaded {len(loaded.files) if loaded else 0:>4}  cursor {p.cursor or '-'}"
             )
             if show_files:
-                lines += [f"        {f.key}  ({f.rows:,} rows, {f.bytes:,} B)" for f in p.files]
-    nxt = next((k for k in sorted(rec.partitions) if rec.partitions[k].status != "complete"), None)
+                done = set(loaded.files) if loaded else set()
+                lines += [
+                    f"        {f.key}  ({f.rows:,} rows, {f.bytes:,} B)"
+                    + ("  loaded" if f.key in done else "")
+                    for f in p.files
+                ]
     lines.append("")
+    if table is not None:
+        lines.append(f"  Next sync starts from: {next_start(table, rec)[2]}")
+        return "\n".join(lines)
+    nxt = next((k for k in sorted(rec.partitions) if rec.partitions[k].status != "complete"), None)
     if nxt:
         p = rec.partitions[nxt]
         pos = p.cursor or f"({_fmt(p.window_start)}, start)"
@@ -160,21 +694,854 @@ def render_record(rec: WatermarkRecord, show_files: bool = False) -> str:
 @friendly_errors
 def watermark_get(name: str, as_json: bool, show_files: bool) -> None:
     """Show a table's watermark (both stages, per partition)."""
-    table = find_table(load_tables(), name)
+    table = _table(name)
     rec = _store().read(table.name)
     if rec is None:
         if as_json:
-            click.echo(json.dumps(None))
+            echo(json.dumps(None))
         else:
-            click.echo(
+            echo(
                 f"No watermark for {table.name} yet: the first sync starts at "
                 f"{_fmt(table.start)} (tables.yaml start)."
             )
         return
     if as_json:
-        click.echo(rec.to_json())
+        echo(rec.to_json())
     else:
-        click.echo(render_record(rec, show_files))
+        echo(render_record(rec, show_files, table))
+
+
+def apply_set(rec: WatermarkRecord, table: TableConfig, ts: datetime) -> None:
+    """Make `ts` the point the next sync starts from (see `watermark set --help`)."""
+    from s3rs_assets.partitions import partition_keys, partitions_def, window
+
+    pdef = partitions_def(table)
+    now = utcnow()
+    keys = partition_keys(table)
+    for key in keys:
+        start, end = window(pdef, key)
+        state = rec.partitions.get(key)
+        if end <= ts:
+            if state is None:
+                state = PartitionState(window_start=start, window_end=end, status="complete")
+            else:
+                state.status = "complete"
+            state.updated_at = now
+            rec.partitions[key] = state
+        elif start <= ts:
+            state = state or PartitionState(window_start=start, window_end=end)
+            # Files wholly before ts stay as history; the rest is read again from ts.
+            state.files = [f for f in state.files if f.cursor_max is not None and f.cursor_max < ts]
+            state.cursor = Position(c=ts, pk=None)
+            state.status = "partial"
+            state.run_id = None
+            state.updated_at = now
+            rec.partitions[key] = state
+        else:
+            rec.partitions.pop(key, None)
+    for key in [k for k, p in rec.partitions.items() if k not in keys and p.window_start >= ts]:
+        del rec.partitions[key]
+    rec.backup_strategy = MANUAL_STRATEGY
+    rec.manual_timestamp = ts
+    rec.mysql_status = "pending"
+    rec.last_error = None
+
+
+def apply_reset(rec: WatermarkRecord, mysql: bool, redshift: bool) -> None:
+    if mysql:
+        rec.partitions = {}
+        rec.mysql_status = "pending"
+        rec.last_mysql_extraction_time = None
+        rec.manual_timestamp = None
+        rec.backup_strategy = MANUAL_STRATEGY
+    if redshift:
+        rec.loaded_partitions = {}
+        rec.redshift_status = "pending"
+        rec.last_redshift_load_time = None
+    rec.last_error = None
+
+
+_DIFF_FIELDS = (
+    "mysql_status",
+    "mysql_rows_extracted",
+    "s3_file_count",
+    "last_mysql_data_timestamp",
+    "last_mysql_extraction_time",
+    "redshift_status",
+    "redshift_rows_loaded",
+    "last_redshift_load_time",
+    "backup_strategy",
+    "manual_timestamp",
+)
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, datetime):
+        return _fmt(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    return "-" if value is None else str(value)
+
+
+def _pstate(p: PartitionState | None) -> str:
+    if p is None:
+        return "absent (read again)"
+    return f"{p.status}, {p.rows:,} rows in {len(p.files)} files, cursor {p.cursor or '-'}"
+
+
+def describe_change(
+    table: TableConfig, before: WatermarkRecord | None, after: WatermarkRecord, limit: int = 12
+) -> list[str]:
+    """Human lines `field: before -> after`, partitions included; empty when nothing moves."""
+    old = before or WatermarkRecord.new(after.table_name)
+    lines = []
+    for f in _DIFF_FIELDS:
+        a, b = getattr(old, f), getattr(after, f)
+        if a != b:
+            lines.append(f"  {f}: {_show(a)} -> {_show(b)}")
+    if len(old.processed_s3_files) != len(after.processed_s3_files):
+        lines.append(
+            f"  load mirror: {len(old.processed_s3_files):,} files -> "
+            f"{len(after.processed_s3_files):,} files"
+        )
+    changed = []
+    for key in sorted(set(old.partitions) | set(after.partitions)):
+        a, b = old.partitions.get(key), after.partitions.get(key)
+        if _pstate(a) != _pstate(b):
+            changed.append(f"    {key}: {_pstate(a)} -> {_pstate(b)}")
+    if changed:
+        lines.append(f"  partitions ({len(changed)} change):")
+        if len(changed) > limit:
+            half = limit // 2
+            lines += changed[:half] + [f"    ... {len(changed) - limit} more ..."] + changed[-half:]
+        else:
+            lines += changed
+    if lines:
+        lines.append(
+            f"  next sync starts from: {next_start(table, before)[2]} -> "
+            f"{next_start(table, after)[2]}"
+        )
+    return lines
+
+
+def _manual_change(
+    table: TableConfig,
+    change: Callable[[WatermarkRecord], None],
+    *,
+    title: str,
+    yes: bool,
+    dry_run: bool,
+    now: datetime | None,
+    notes: list[str] = (),
+) -> None:
+    """Show before -> after, confirm, then apply `change` compare-and-swap."""
+    store = _store()
+    before, _etag = store.read_versioned(table.name, now=now)
+    after = before.model_copy(deep=True) if before else WatermarkRecord.new(table.name)
+    change(after)
+    after.refresh()
+    diff = describe_change(table, before, after)
+    echo(title)
+    for n in notes:
+        echo(f"  note: {n}")
+    if not diff:
+        echo("  nothing to change.")
+        return
+    for line in diff:
+        echo(line)
+    if dry_run:
+        echo("dry run: nothing written.")
+        return
+    if not yes:
+        click.confirm("Apply this change?", abort=True, err=True)
+    def guarded(rec: WatermarkRecord) -> None:
+        # Apply only to the record that was shown: a run (or another operator) writing it
+        # since then makes this fail instead of silently mixing the two.
+        moved = (
+            bool(rec.partitions or rec.loaded_partitions or rec.backup_metadata)
+            if before is None
+            else rec.updated_at != before.updated_at
+        )
+        if moved:
+            raise WatermarkConflict(
+                f"the watermark of {table.name} changed since it was shown (a run is writing "
+                "it?); nothing was written: look again and retry"
+            )
+        change(rec)
+
+    saved = store.update(table.name, guarded, now=now)
+    echo(f"saved: next sync starts from {next_start(table, saved)[2]}")
+
+
+@watermark.command("set")
+@click.option("-t", "--table", "name", required=True, help="schema.table")
+@click.option("--timestamp", "ts_text", required=True, help=TIMESTAMP_HELP)
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--dry-run", is_flag=True, help="Show what would change; write nothing.")
+@friendly_errors
+def watermark_set(name: str, ts_text: str, yes: bool, dry_run: bool) -> None:
+    """Make the next sync start at TIMESTAMP.
+
+    Partitions wholly before it are marked complete (their files, if any, are kept as
+    history), the partition holding it resumes at (TIMESTAMP, start), later partitions are
+    dropped from the record so the next sync reads them again. Recorded as
+    backup_strategy=manual_cli; automatic runs then only move forward from here.
+    """
+    table = _table(name)
+    parse_timestamp_syntax(ts_text)  # reject 'banana' / 2024-02-30 before any connection
+    source_now = _source_now()
+    ts = resolve_timestamp(ts_text, source_now)
+    from s3rs_assets.partitions import partition_keys, partitions_def, window
+
+    first = window(partitions_def(table), partition_keys(table)[0])[0]
+    if ts < first:
+        raise ConfigError(
+            f"timestamp {_fmt(ts)} is before {table.name}'s first partition ({_fmt(first)}, "
+            "tables.yaml start): rows before it are never read. Lower `start` in "
+            f"tables.yaml, or use `s3rs watermark reset -t {table.name}` to start from it."
+        )
+    _manual_change(
+        table,
+        lambda rec: apply_set(rec, table, ts),
+        title=f"watermark set {table.name} to {_fmt(ts)} (source clock now {_fmt(source_now)}):",
+        yes=yes,
+        dry_run=dry_run,
+        now=source_now,
+    )
+
+
+@watermark.command("reset")
+@click.option("-t", "--table", "name", required=True, help="schema.table")
+@click.option("--mysql-only", is_flag=True, help="Only the backup side (MySQL -> S3).")
+@click.option("--redshift-only", is_flag=True, help="Only the load mirror (S3 -> Redshift).")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--dry-run", is_flag=True, help="Show what would change; write nothing.")
+@friendly_errors
+def watermark_reset(
+    name: str, mysql_only: bool, redshift_only: bool, yes: bool, dry_run: bool
+) -> None:
+    """Back to "nothing extracted": the next sync starts at tables.yaml `start`.
+
+    --redshift-only clears the watermark's mirror of the load ledger; the ledger table in
+    the warehouse stays the truth, so files it lists are not loaded again.
+    """
+    if mysql_only and redshift_only:
+        raise click.UsageError("--mysql-only and --redshift-only exclude each other")
+    table = _table(name)
+    mysql, redshift = not redshift_only, not mysql_only
+    notes = []
+    if mysql:
+        notes.append(
+            f"every partition is read again from {_fmt(table.start)} (tables.yaml start); "
+            "files already in S3 stay (s3rs s3clean removes loaded ones)"
+        )
+    if redshift:
+        notes.append(
+            "the load mirror is cleared, but the warehouse's load ledger (s3rs_load_ledger) "
+            "is unchanged and stays the truth: files it lists are not loaded again; the next "
+            "load mirrors it back"
+        )
+    _manual_change(
+        table,
+        lambda rec: apply_reset(rec, mysql, redshift),
+        title=f"watermark reset {table.name} ({'both stages' if mysql and redshift else 'MySQL side' if mysql else 'load mirror'}):",  # noqa: E501
+        yes=yes,
+        dry_run=dry_run,
+        now=None,
+        notes=notes,
+    )
+
+
+@watermark.command("list")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per table, as a list.")
+@friendly_errors
+def watermark_list(as_json: bool) -> None:
+    """Every configured table: stage statuses, cursor, lag behind the source, age."""
+    tables = load_tables()
+    store = _store()
+    try:
+        source_now: datetime | None = _source_now()
+        note = None
+    except S3rsError as e:
+        source_now, note = None, f"source clock unavailable ({e}): lag not shown"
+    wall = utcnow()
+    rows = []
+    for t in tables:
+        row: dict[str, Any] = {"table": t.name, "configured": True}
+        try:
+            rec = store.read(t.name)
+        except S3rsError as e:
+            row.update(error=str(e))
+            rows.append(row)
+            continue
+        key, start_ts, _text = next_start(t, rec)
+        row.update(
+            has_watermark=rec is not None,
+            mysql_status=rec.mysql_status if rec else None,
+            redshift_status=rec.redshift_status if rec else None,
+            last_mysql_data_timestamp=iso(rec.last_mysql_data_timestamp) if rec else None,
+            rows_extracted=rec.mysql_rows_extracted if rec else 0,
+            s3_files=rec.s3_file_count if rec else 0,
+            rows_loaded=rec.redshift_rows_loaded if rec else 0,
+            files_loaded=len(rec.processed_s3_files) if rec else 0,
+            next_partition=key,
+            next_start=iso(start_ts),
+            lag_seconds=round((source_now - start_ts).total_seconds()) if source_now else None,
+            age_seconds=round((wall - rec.updated_at).total_seconds()) if rec else None,
+            backup_strategy=rec.backup_strategy if rec else None,
+            manual_timestamp=iso(rec.manual_timestamp) if rec else None,
+            last_error=rec.last_error if rec else None,
+        )
+        rows.append(row)
+    configured = {t.name for t in tables}
+    try:
+        stray = [n for n in store.list_tables() if n not in configured]
+    except Exception:  # noqa: BLE001 - listing is a courtesy
+        stray = []
+    for n in stray:
+        rows.append({"table": n, "configured": False, "has_watermark": True})
+    if as_json:
+        _dump(rows)
+        return
+    if note:
+        echo(f"note: {note}", err=True)
+    if not rows:
+        echo("no tables configured")
+        return
+    echo(
+        f"{'TABLE':<40} {'BACKUP':<8} {'LOAD':<8} {'ROWS':>12} {'LOADED':>12}  "
+        f"{'NEXT SYNC FROM':<26} {'LAG':>8} {'AGE':>8}"
+    )
+    for r in rows:
+        if not r.get("configured"):
+            echo(f"{r['table']:<40} (watermark in S3, not in tables.yaml)")
+            continue
+        if "error" in r:
+            echo(f"{r['table']:<40} ERROR: {r['error']}")
+            continue
+        if not r["has_watermark"]:
+            echo(
+                f"{r['table']:<40} {'-':<8} {'-':<8} {0:>12,} {0:>12,}  "
+                f"{_fmt(datetime.fromisoformat(r['next_start'])):<26} "
+                f"{_age(r['lag_seconds']):>8} {'never':>8}"
+            )
+            continue
+        manual = "  (manual)" if r["backup_strategy"] == MANUAL_STRATEGY else ""
+        echo(
+            f"{r['table']:<40} {r['mysql_status']:<8} {r['redshift_status']:<8} "
+            f"{r['rows_extracted']:>12,} {r['rows_loaded']:>12,}  "
+            f"{_fmt(datetime.fromisoformat(r['next_start'])):<26} "
+            f"{_age(r['lag_seconds']):>8} {_age(r['age_seconds']):>8}{manual}"
+        )
+
+
+def _age(seconds: int | None) -> str:
+    if seconds is None:
+        return "?"
+    neg, s = seconds < 0, abs(seconds)
+    out = (
+        f"{s}s" if s < 120 else f"{s // 60}m" if s < 7200 else
+        f"{s // 3600}h" if s < 172800 else f"{s // 86400}d"
+    )
+    return "-" + out if neg else out
+
+
+@watermark.command("backup-status")
+@click.option("-t", "--table", "name", required=True, help="schema.table")
+@click.option("--json", "as_json", is_flag=True)
+@friendly_errors
+def watermark_backup_status(name: str, as_json: bool) -> None:
+    """Primary, daily and session copies of a table's watermark: present, valid, current."""
+    table = _table(name)
+    status = _store().backup_status(table.name)
+    if as_json:
+        _dump(status)
+        return
+    echo(f"Watermark copies of {table.name}  ({'healthy' if status['healthy'] else 'UNHEALTHY'})")
+    for loc in ("primary", "daily", "session"):
+        e = status[loc]
+        state = (
+            "missing" if not e["present"] else "valid" if e["valid"] else "INVALID"
+        )
+        extra = []
+        if loc != "primary":
+            extra.append(f"{e.get('count', 0)} copies")
+            if e.get("present"):
+                extra.append("same as primary" if e.get("current") else "older than primary")
+        if e.get("age_seconds") is not None:
+            extra.append(f"written {_age(e['age_seconds'])} ago")
+        if e.get("error"):
+            extra.append(e["error"])
+        echo(f"  {loc:<8} {state:<8} {e.get('key') or '-'}")
+        if extra:
+            echo(f"           {'; '.join(extra)}")
+
+
+@watermark.command("cleanup-backups")
+@click.option("--days-to-keep", type=click.IntRange(min=0), required=True,
+              help="Delete daily/session backups written more than N days ago.")
+@click.option("--dry-run", is_flag=True, help="List what would be deleted.")
+@click.option("--json", "as_json", is_flag=True)
+@friendly_errors
+def watermark_cleanup_backups(days_to_keep: int, dry_run: bool, as_json: bool) -> None:
+    """Delete old watermark backups (never a primary, never a table's newest valid copy)."""
+    report = _store().cleanup_backups(days_to_keep, dry_run=dry_run)
+    if as_json:
+        _dump({**report.as_metadata(), "keys": report.deleted})
+        return
+    verb = "would delete" if dry_run else "deleted"
+    echo(f"{verb} {len(report.deleted)} backup(s) older than {days_to_keep} day(s)")
+    for k in report.deleted:
+        echo(f"  {k}")
+    echo(
+        f"kept {report.kept_recent} recent and {len(report.kept_newest)} newest-valid "
+        f"backup(s); {len(report.failed)} failed"
+    )
+    for k, e in report.failed.items():
+        echo(f"  failed {k}: {e}", err=True)
+    if report.failed:
+        sys.exit(1)
+
+
+# ------------------------------------------------------------------------------ s3clean
+
+
+@main.group()
+def s3clean() -> None:
+    """List and delete a table's parquet files in S3 (never watermarks, never unloaded
+    files unless --force)."""
+
+
+def _ledger_keys(table: TableConfig) -> tuple[set[str] | None, str]:
+    """Files the warehouse ledger holds for `table`, and where that came from.
+
+    Returns (None, why) when the warehouse cannot be asked; the caller falls back to the
+    watermark's load mirror.
+    """
+    from s3rs_assets.load import LoadTarget, ledger_files
+    from s3rs_assets.types import SourceColumn
+
+    try:
+        wh = _warehouse()
+        # The ledger lookup needs only the target's schema and table; the columns below
+        # satisfy LoadTarget's checks without asking MySQL.
+        pk = tuple(table.primary_key or ("s3rs_key",))
+        cols = [SourceColumn(table.cursor, "datetime", "datetime(6)")] + [
+            SourceColumn(k, "bigint", "bigint") for k in pk if k != table.cursor
+        ]
+        target = LoadTarget(
+            table.target_schema, table.target_table, cols, pk, table.cursor, table.name
+        )
+        return set(ledger_files(wh, target)), f"warehouse load ledger ({wh.redacted()})"
+    except S3rsError as e:
+        return None, str(e)
+
+
+def _list_data(s3: Any, table: TableConfig) -> list[dict[str, Any]]:
+    client = s3.client()
+    prefix = s3.key("data", table.schema, table.table) + "/"
+    out = []
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=s3.bucket, Prefix=prefix):
+        for o in page.get("Contents", []):
+            out.append(
+                {
+                    "key": o["Key"],
+                    "partition": o["Key"][len(prefix):].split("/", 1)[0],
+                    "bytes": o["Size"],
+                    "last_modified": o["LastModified"],
+                    "etag": o["ETag"].strip('"'),
+                }
+            )
+    return out
+
+
+def _classify(s3: Any, table: TableConfig) -> tuple[list[dict[str, Any]], str, bool]:
+    """Every data object of `table` with `state` loaded / unloaded / orphan."""
+    store = _store(s3)
+    rec = store.read(table.name)
+    manifest = {f.key: k for k, p in (rec.partitions.items() if rec else []) for f in p.files}
+    ledger, source = _ledger_keys(table)
+    fallback = ledger is None
+    if fallback:
+        source = f"watermark load mirror (warehouse unreachable: {source})"
+        ledger = set(rec.processed_s3_files) if rec else set()
+    objs = _list_data(s3, table)
+    for o in objs:
+        if o["key"] in ledger:
+            o["state"] = "loaded"
+        elif o["key"] in manifest:
+            o["state"] = "unloaded"
+        else:
+            o["state"] = "orphan"  # in no manifest and never loaded (e.g. read before `set`)
+    return objs, source, fallback
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+@s3clean.command("list")
+@click.option("-t", "--table", "name", required=True, help="schema.table")
+@click.option("--json", "as_json", is_flag=True)
+@friendly_errors
+def s3clean_list(name: str, as_json: bool) -> None:
+    """The table's parquet files with size, age and load state."""
+    table = _table(name)
+    s3 = _s3()
+    objs, source, fallback = _classify(s3, table)
+    if as_json:
+        _dump({"table": table.name, "load_state_from": source, "files": [
+            {**o, "last_modified": o["last_modified"].isoformat()} for o in objs
+        ]})
+        return
+    if fallback:
+        echo(f"warning: {source}", err=True)
+    echo(f"{table.name}: {len(objs)} file(s), {_size(sum(o['bytes'] for o in objs))} "
+         f"(load state from {source})")
+    for o in objs:
+        echo(
+            f"  {o['key']}  {_size(o['bytes']):>10}  "
+            f"{o['last_modified'].astimezone(UTC):%Y-%m-%d %H:%M:%S}  {o['state']}"
+        )
+    counts = {s: sum(1 for o in objs if o["state"] == s) for s in ("loaded", "unloaded", "orphan")}
+    echo("  " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+
+
+def _clean(tables: list[TableConfig], older_than: str | None, dry_run: bool, force: bool,
+           as_json: bool) -> None:
+    age = parse_age(older_than, "--older-than") if older_than is not None else None
+    s3 = _s3()
+    client = s3.client()
+    cutoff = datetime.now(UTC) - age if age is not None else None
+    protected = s3.key("watermarks") + "/"
+    summary = []
+    any_failed = False
+    for table in tables:
+        objs, source, fallback = _classify(s3, table)
+        if fallback and not as_json:
+            echo(f"warning: {table.name}: {source}", err=True)
+        old = [o for o in objs if cutoff is None or o["last_modified"] < cutoff]
+        doomed = [o for o in old if force or o["state"] == "loaded"]
+        doomed = [o for o in doomed if not o["key"].startswith(protected)]
+        kept = [o for o in old if o not in doomed]
+        deleted, failed = [], {}
+        if not dry_run:
+            for i in range(0, len(doomed), 1000):
+                batch = [o["key"] for o in doomed[i:i + 1000]]
+                resp = client.delete_objects(
+                    Bucket=s3.bucket, Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True}
+                )
+                errs = {e["Key"]: e.get("Code", "error") for e in resp.get("Errors", [])}
+                failed.update(errs)
+                deleted += [k for k in batch if k not in errs]
+        lost = [o["key"] for o in doomed if o["state"] == "unloaded"]
+        summary.append({
+            "table": table.name,
+            "dry_run": dry_run,
+            "older_than": older_than,
+            "load_state_from": source,
+            "candidates": len(old),
+            "deleted" if not dry_run else "would_delete": (
+                deleted if not dry_run else [o["key"] for o in doomed]
+            ),
+            "kept_unloaded": [o["key"] for o in kept],
+            "forced_unloaded": lost,
+            "failed": failed,
+        })
+        any_failed = any_failed or bool(failed)
+        if as_json:
+            continue
+        verb = "would delete" if dry_run else "deleted"
+        n = len(doomed) if dry_run else len(deleted)
+        size = sum(o["bytes"] for o in doomed if dry_run or o["key"] in deleted)
+        age_txt = f" older than {older_than}" if older_than else ""
+        echo(f"{table.name}: {verb} {n} file(s){age_txt} ({_size(size)}); "
+             f"kept {len(kept)} not yet loaded (load state from {source})")
+        for o in doomed if dry_run else [o for o in doomed if o["key"] in deleted]:
+            echo(f"  {verb}: {o['key']}  ({o['state']})")
+        for o in kept:
+            echo(f"  kept:  {o['key']}  ({o['state']}; --force deletes it)")
+        if lost:
+            echo(
+                f"  WARNING: {len(lost)} {'would be' if dry_run else 'were'} in a partition "
+                "manifest but not loaded: loading those partitions fails until they are "
+                "extracted again (materialize s3_parquet for them, or `s3rs watermark set`)",
+                err=True,
+            )
+        for k, e in failed.items():
+            echo(f"  failed: {k}: {e}", err=True)
+    if as_json:
+        _dump(summary if len(summary) != 1 else summary[0])
+    if any_failed:
+        sys.exit(1)
+
+
+_CLEAN_OPTIONS = [
+    click.option("--dry-run", is_flag=True, help="Show what would be deleted."),
+    click.option("--force", is_flag=True, help="Also delete files not yet loaded."),
+    click.option("--json", "as_json", is_flag=True),
+]
+
+
+def _clean_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    for opt in reversed(_CLEAN_OPTIONS):
+        fn = opt(fn)
+    return fn
+
+
+@s3clean.command("clean")
+@click.option("-t", "--table", "name", required=True, help="schema.table")
+@click.option("--older-than", help="Only files last written longer ago than this (7d, 1month).")
+@_clean_options
+@friendly_errors
+def s3clean_clean(name: str, older_than: str | None, dry_run: bool, force: bool,
+                  as_json: bool) -> None:
+    """Delete a table's loaded parquet files (all ages unless --older-than).
+
+    A file counts as loaded when the warehouse's load ledger lists it; when the warehouse
+    cannot be reached the watermark's load mirror is used instead, and the output says so.
+    Partition manifests keep listing deleted files: they are the history of what was
+    loaded. Watermark objects are never touched.
+    """
+    if older_than is not None:
+        parse_age(older_than, "--older-than")
+    _clean([_table(name)], older_than, dry_run, force, as_json)
+
+
+@s3clean.command("clean-all")
+@click.option("--older-than", required=True, help="Files last written longer ago (30d).")
+@_clean_options
+@friendly_errors
+def s3clean_clean_all(older_than: str, dry_run: bool, force: bool, as_json: bool) -> None:
+    """`clean` for every configured table."""
+    parse_age(older_than, "--older-than")
+    tables = load_tables()
+    if not tables:
+        raise click.UsageError("no tables configured")
+    _clean(tables, older_than, dry_run, force, as_json)
+
+
+# ------------------------------------------------------------------------------- tables
+
+
+@main.group()
+def tables() -> None:
+    """Help with tables.yaml."""
+
+
+CURSOR_NAME = re.compile(
+    r"^(last_?)?(update|updated|modify|modified|mod|change|changed|edit|edited)"
+    r"(_?(at|time|ts|date|datetime|on|timestamp|dt))?$|^(mtime|last_modified|lastmodified)$",
+    re.IGNORECASE,
+)
+_PREFERRED = ("update_at", "updated_at", "modified_at", "update_time", "updated_time")
+
+
+def _rank(name: str) -> int:
+    low = name.lower()
+    return _PREFERRED.index(low) if low in _PREFERRED else len(_PREFERRED)
+
+
+def discover(conn: Any, schema: str) -> tuple[list[dict[str, Any]], list[tuple[str, str]]]:
+    """(usable tables as tables.yaml entries, [(table, why left out)])."""
+    from s3rs_assets.identifiers import check_identifier
+    from s3rs_assets.types import SourceColumn, column_type
+
+    check_identifier(schema, "schema")
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT TABLE_NAME, TABLE_TYPE FROM information_schema.TABLES "
+            "WHERE TABLE_SCHEMA = %s ORDER BY TABLE_NAME",
+            (schema,),
+        )
+        found = cur.fetchall()
+        cur.execute(
+            "SELECT TABLE_NAME, COLUMN_NAME, LOWER(DATA_TYPE), LOWER(COLUMN_TYPE), IS_NULLABLE, "
+            "CHARACTER_MAXIMUM_LENGTH, NUMERIC_PRECISION, NUMERIC_SCALE "
+            "FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s "
+            "ORDER BY TABLE_NAME, ORDINAL_POSITION",
+            (schema,),
+        )
+        columns: dict[str, list[SourceColumn]] = {}
+        for r in cur.fetchall():
+            columns.setdefault(r[0], []).append(
+                SourceColumn(r[1], r[2], r[3], r[4] == "YES", r[5], r[6], r[7])
+            )
+        cur.execute(
+            "SELECT TABLE_NAME, INDEX_NAME, SEQ_IN_INDEX, COLUMN_NAME "
+            "FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s "
+            "ORDER BY TABLE_NAME, INDEX_NAME, SEQ_IN_INDEX",
+            (schema,),
+        )
+        pks: dict[str, list[str]] = {}
+        leading: dict[str, set[str]] = {}
+        for tname, index, seq, col in cur.fetchall():
+            if index == "PRIMARY":
+                pks.setdefault(tname, []).append(col)
+            if seq == 1:
+                leading.setdefault(tname, set()).add(col.lower())
+    if not found:
+        raise ConfigError(f"schema {schema!r} does not exist or holds no table this user can see")
+    usable, skipped = [], []
+    for tname, ttype in found:
+        qualified = f"{schema}.{tname}"
+        if ttype != "BASE TABLE":
+            skipped.append((qualified, f"a {ttype.lower()}, not a table"))
+            continue
+        try:
+            check_identifier(tname, "table")
+        except ConfigError:
+            skipped.append((qualified, "name is not a plain identifier s3rs accepts"))
+            continue
+        cols = columns.get(tname, [])
+        bad = []
+        for c in cols:
+            try:
+                column_type(c)
+            except S3rsError:
+                bad.append(f"{c.name} ({c.column_type})")
+        if bad:
+            skipped.append((qualified, f"column type(s) s3rs cannot carry: {', '.join(bad)}"))
+            continue
+        pk = pks.get(tname)
+        if not pk:
+            skipped.append((qualified, "no primary key"))
+            continue
+        temporal = [c for c in cols if c.data_type in ("datetime", "timestamp")]
+        named = [c for c in temporal if CURSOR_NAME.match(c.name)]
+        if not named:
+            have = ", ".join(c.name for c in temporal) or "none"
+            skipped.append(
+                (qualified, f"no DATETIME/TIMESTAMP column named like updated_at "
+                            f"(date/time columns: {have})")
+            )
+            continue
+        idx = leading.get(tname, set())
+        named.sort(key=lambda c: (c.name.lower() not in idx, _rank(c.name), c.name))
+        cursor = named[0]
+        entry: dict[str, Any] = {
+            "name": qualified,
+            "cursor": cursor.name,
+            "primary_key": pk,
+            "indexed": cursor.name.lower() in idx,
+            "nullable": cursor.nullable,
+            "others": [c.name for c in named[1:]],
+        }
+        usable.append(entry)
+    return usable, skipped
+
+
+def render_discovery(schema: str, usable: list[dict[str, Any]],
+                     skipped: list[tuple[str, str]]) -> str:
+    lines = [
+        f"# tables.yaml entries for MySQL schema `{schema}`, found by `s3rs tables discover`.",
+        "# Review the cursor, primary key and start of each before using them.",
+        "tables:" if usable else "tables: []",
+    ]
+    for e in usable:
+        lines.append(f"  - name: {e['name']}")
+        lines.append(f"    cursor: {e['cursor']}")
+        lines.append(f"    primary_key: [{', '.join(e['primary_key'])}]")
+        if not e["indexed"]:
+            lines.append(
+                f"    # {e['cursor']} has no index: chunk planning scans the table; add "
+                f"INDEX ({e['cursor']}, {', '.join(e['primary_key'])})"
+            )
+        if e["nullable"]:
+            lines.append(
+                f"    # {e['cursor']} is nullable: rows with NULL are reported, not copied"
+            )
+        if e["others"]:
+            lines.append(f"    # other candidate cursors: {', '.join(e['others'])}")
+        lines.append("    start: 2025-01-01  # first partition; set it to the oldest data you need")
+        lines.append("    partition: daily")
+    if skipped:
+        lines.append("# Left out:")
+        lines += [f"#   {name}: {why}" for name, why in skipped]
+    return "\n".join(lines)
+
+
+@tables.command("discover")
+@click.option("--schema", required=True, help="MySQL schema (database) to inspect.")
+@friendly_errors
+def tables_discover(schema: str) -> None:
+    """Print tables.yaml entries for every table with a usable cursor and primary key."""
+    with _mysql().connect() as conn:
+        usable, skipped = discover(conn, schema)
+    echo(render_discovery(schema, usable, skipped))
+
+
+# ------------------------------------------------------------------------------- verify
+
+
+@main.command()
+@click.option("-t", "--table", "name", required=True, help="schema.table")
+@click.option("--from", "from_key", help="First partition to compare (default: the first).")
+@click.option("--to", "to_key", help="Last partition to compare (default: the current one).")
+@click.option("--json", "as_json", is_flag=True)
+@friendly_errors
+def verify(name: str, from_key: str | None, to_key: str | None, as_json: bool) -> None:
+    """Compare MySQL and the warehouse per partition (rows, checksum of key and cursor).
+
+    Exits 1 on any mismatch. Rows newer than the last sync (or above its safety bound)
+    show as missing in the warehouse until the next sync.
+    """
+    from s3rs_assets.load_stage import load_target
+    from s3rs_assets.partitions import partition_keys, partitions_def, window
+    from s3rs_assets.verify import verify_table
+
+    table = _table(name)
+    keys = partition_keys(table)
+    for what, key in (("--from", from_key), ("--to", to_key)):
+        if key is not None and key not in keys:
+            raise ConfigError(
+                f"{what} {key!r} is not a partition of {table.name} "
+                f"({keys[0]} .. {keys[-1]}, {table.partition})"
+            )
+    lo = keys.index(from_key) if from_key else 0
+    hi = keys.index(to_key) if to_key else len(keys) - 1
+    if lo > hi:
+        raise ConfigError(f"--from {from_key} is after --to {to_key}")
+    pdef = partitions_def(table)
+    parts = [(k, *window(pdef, k)) for k in keys[lo:hi + 1]]
+    mysql, warehouse = _mysql(), _warehouse()
+    target = load_target(table, mysql)
+    with mysql.connect() as conn:
+        checks = verify_table(conn, warehouse, target, table, parts)
+    bad = [c for c in checks if not c.ok]
+    if as_json:
+        _dump({
+            "table": table.name,
+            "target": target.qualified,
+            "ok": not bad,
+            "partitions": [
+                {"partition": c.partition, "mysql_rows": c.mysql_rows,
+                 "warehouse_rows": c.warehouse_rows, "checksum_match":
+                 c.mysql_checksum == c.warehouse_checksum, "ok": c.ok}
+                for c in checks
+            ],
+        })
+    else:
+        shown = [c for c in checks if not (c.ok and c.mysql_rows == 0)]
+        echo(f"{table.name} (MySQL) vs {target.qualified} ({warehouse.dialect})")
+        echo(f"  {'PARTITION':<18} {'MYSQL ROWS':>12} {'WAREHOUSE ROWS':>15}  RESULT")
+        for c in shown:
+            result = "ok" if c.ok else (
+                "MISMATCH: " + ("rows differ" if c.mysql_rows != c.warehouse_rows
+                                else "checksum of (key, cursor) differs")
+            )
+            echo(f"  {c.partition:<18} {c.mysql_rows:>12,} {c.warehouse_rows:>15,}  {result}")
+        empty = len(checks) - len(shown)
+        echo(
+            f"{len(checks)} partition(s) compared ({empty} empty on both sides not shown): "
+            + (f"{len(bad)} MISMATCH" if bad else "all match")
+        )
+    if bad:
+        sys.exit(1)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -36,7 +36,7 @@ from s3rs_assets.cursor import ChunkPlan, position_token
 from s3rs_assets.errors import ConfigError, IntegrityError, WatermarkConflict
 from s3rs_assets.source import SourceTable, plan_chunk
 from s3rs_assets.types import arrow_schema
-from s3rs_assets.watermark import FileEntry, PartitionState, Position, WatermarkRecord
+from s3rs_assets.watermark import FileEntry, PartitionState, Position, WatermarkRecord, utcnow
 
 MANIFEST_SCHEMA = pa.schema(
     [
@@ -210,7 +210,10 @@ class Extractor:
             spec = replace(
                 spec,
                 source_url=self.mysql.connectorx_url(),
-                select=f"SELECT {self.src.select_list('connectorx')} FROM {self.src.qualified} WHERE ",
+                select=(
+                    f"SELECT {self.src.select_list('connectorx')} "
+                    f"FROM {self.src.qualified} WHERE "
+                ),
             )
             ranges = self._task_frame(
                 list(zip(range(len(predicates)), predicates, object_keys, strict=True))
@@ -382,7 +385,7 @@ def backup_partition(
                 cur.cursor = plan.end
                 cur.status = "partial"
                 cur.run_id = run_id
-                cur.updated_at = datetime.utcnow()
+                cur.updated_at = utcnow()
                 rec.partitions[partition_key] = cur
 
             t_ckpt = time.monotonic()
@@ -404,14 +407,17 @@ def backup_partition(
                 on_chunk(run, result)
             if plan.rows < n:
                 break
-    finished = (row_budget is None or run.rows < row_budget) and upper >= end
     exhausted = row_budget is None or run.rows < row_budget
+    status = "complete" if exhausted and upper >= end else "partial"
 
     def close(rec: WatermarkRecord) -> None:
         cur = rec.partitions.get(partition_key)
-        if _signature(cur) != seen:
+        # Another run that reached the same end and closed the partition the same way is
+        # compatible (it merged); anything else is progress we must not overwrite.
+        if _signature(cur) not in (seen, (seen[0], status)):
             raise WatermarkConflict(
-                f"{table} partition {partition_key} was changed by another run; not closing it"
+                f"{table} partition {partition_key} was changed by another run "
+                f"(cursor now {cur.cursor if cur else None}); not closing it"
             )
         if cur is None or (first_write and recompute):
             cur = PartitionState(
@@ -421,9 +427,9 @@ def backup_partition(
             )
             if recompute and first_write:
                 cur.cursor = None
-        cur.status = "complete" if finished and exhausted else "partial"
+        cur.status = status
         cur.run_id = run_id
-        cur.updated_at = datetime.utcnow()
+        cur.updated_at = utcnow()
         rec.partitions[partition_key] = cur
 
     final = store.update(table, close).partitions[partition_key]

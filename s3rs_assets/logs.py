@@ -186,7 +186,9 @@ def resolve_format(value: str | None) -> str:
     if fmt not in FORMATS:
         from s3rs_assets.errors import ConfigError
 
-        raise ConfigError(f"log format {fmt!r} is not one of {', '.join(FORMATS)} (S3RS_LOG_FORMAT)")
+        raise ConfigError(
+            f"log format {fmt!r} is not one of {', '.join(FORMATS)} (S3RS_LOG_FORMAT)"
+        )
     return fmt
 
 

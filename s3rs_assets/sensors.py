@@ -35,9 +35,10 @@ Each one ends in a `SkipReason` that names what it checked, so the UI shows why 
   the watermark has never seen, oldest first, stopping at the first row found. Complete
   partitions are not probed: their window was read to its end and the safety bound keeps
   late commits out of it. When rows are found it requests the sync job (both assets) for
-  the first partition with new rows through the partition holding the bound, leaving out
-  complete partitions (so a sync never recomputes a finished window by itself), as one range
-  run per contiguous stretch. The run key is `<table>:<range>:<first new row>:<newest row
+  the first partition with new rows through the partition of the newest row below the bound
+  (the current partition whenever the table is being written; an idle table does not get
+  a run over months of empty windows), leaving out complete partitions (a sync never
+  recomputes a finished window by itself), as one range run per contiguous stretch. The run key is `<table>:<range>:<first new row>:<newest row
   below the bound>`: the same state gives the same key (Dagster launches it once); progress
   or new rows give a new one. A table with a sync queued or running (tag `s3rs/table`) is
   not probed at all.
@@ -332,7 +333,7 @@ def _run_plans_load(instance: dg.DagsterInstance, run_id: str, load_key: dg.Asse
     planned = instance.get_records_for_run(
         run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION_PLANNED
     )
-    return any(r.event_log_entry.asset_key == load_key for r in planned.records)
+    return any(r.asset_key == load_key for r in planned.records)
 
 
 def chain_table(
@@ -596,13 +597,14 @@ def find_new_data(
         last = pdef.get_last_partition_key() or ""
         # The MySQL clock may run ahead of this host's: no partition past the last one.
         first_key = min(_key_for(pdef, row.c), last)
-        upper_key = min(_key_for(pdef, bound.upper), last)
+        newest = _newest_row(conn, src, row, bound.upper)
+        last_key = min(_key_for(pdef, newest.c), last)
         finished = {
             k for k, s in (record.partitions.items() if record else []) if s.status == "complete"
         }
         ranges: list[list[str]] = []
         run: list[str] = []
-        for k in pdef.get_partition_keys_in_range(dg.PartitionKeyRange(first_key, upper_key)):
+        for k in pdef.get_partition_keys_in_range(dg.PartitionKeyRange(first_key, last_key)):
             if k not in finished:
                 run.append(k)
             elif run:
@@ -610,7 +612,6 @@ def find_new_data(
                 run = []
         if run:
             ranges.append(run)
-        newest = _newest_row(conn, src, row, bound.upper)
         return ProbeResult(NewData(cfg.name, row, newest, ranges, len(done)), done, complete)
     return ProbeResult(None, done, complete)
 

@@ -22,6 +22,7 @@ executors on other hosts need their own route to MySQL.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import select
@@ -187,10 +188,8 @@ class SSHTunnel:
         self._closed.set()
         with self._lock:
             if self._server is not None:
-                try:
+                with contextlib.suppress(OSError):
                     self._server.close()
-                except OSError:
-                    pass
             if self._client is not None:
                 self._client.close()
                 self._client = None
@@ -247,7 +246,10 @@ class SSHTunnel:
             client.close()
             msg = str(e)
             if "not found in known_hosts" in msg:
-                msg = f"its host key is not in {s.known_hosts} (add it with ssh-keyscan, then check it)"
+                msg = (
+                    f"its host key is not in {s.known_hosts} "
+                    "(add it with ssh-keyscan, then check the fingerprint)"
+                )
             raise ConfigError(f"SSH connection to {s.address} refused: {msg}") from None
         except (OSError, EOFError) as e:
             client.close()

@@ -106,7 +106,8 @@ def column_type(col: SourceColumn) -> ColumnType:
     if t in ("datetime", "timestamp"):
         return ColumnType(pa.timestamp("us"), "TIMESTAMP")
     if t == "time":
-        return ColumnType(pa.string(), "VARCHAR(16)", select_cast="CHAR")
+        # "-838:59:59.000000" is 17 bytes
+        return ColumnType(pa.string(), "VARCHAR(20)", select_cast="CHAR")
     if t in ("char", "varchar"):
         return ColumnType(pa.string(), _varchar(col))
     if t in _TEXT:
@@ -151,7 +152,7 @@ MAPPING_DOC: list[tuple[str, str, str]] = [
     ("FLOAT / DOUBLE", "float32 / float64", "REAL / DOUBLE PRECISION"),
     ("DATE", "date32", "DATE"),
     ("DATETIME(n), TIMESTAMP(n)", "timestamp[us] (naive, source time zone)", "TIMESTAMP"),
-    ("TIME", "string", "VARCHAR(16)"),
+    ("TIME", "string", "VARCHAR(20)"),
     ("YEAR", "int16", "SMALLINT"),
     ("CHAR(n), VARCHAR(n)", "string", "VARCHAR(min(4n, 65535)) (bytes)"),
     ("TEXT, JSON, ENUM, SET", "string", "VARCHAR(65535)"),

@@ -252,3 +252,33 @@ def test_open_transaction_holding_an_older_timestamp_is_not_skipped(
     backup(cfg, res, start=start, end=end)
     ids = read_manifest_ids(s3_client, s3_resource.bucket, manifest_keys(store, cfg.name))
     assert sorted(ids) == [1, 2, 3]
+
+
+def test_two_runs_of_one_partition_at_once(ties_tables, mysql_db, mysql_url, s3_resource,
+                                           s3_client, spark_resource):
+    """Started together: each either merges with the other's identical progress or stops
+    with a WatermarkConflict; progress is never lost or overwritten, no key twice."""
+    import threading
+
+    make_ties_table(ties_tables, "ext_race", ties(3000, D, 3))
+    cfg = table_cfg(mysql_db, "ext_race", chunk_rows=400, parallelism=2)
+    res = resources(mysql_url, s3_resource, spark_resource)
+    results: list = []
+    barrier = threading.Barrier(2)
+
+    def run() -> None:
+        barrier.wait()
+        results.append(backup(cfg, res, partition="2025-03-04", raise_on_error=False))
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert len(results) == 2 and any(r.success for r in results)
+    for r in results:
+        if not r.success:
+            error = r.get_step_failure_events()[0].event_specific_data.error
+            assert error.cause.cls_name == "WatermarkConflict"
+    store = store_for(s3_resource)
+    _check_partition(ties_tables, store, s3_client, s3_resource.bucket, cfg, "2025-03-04", "1=1")

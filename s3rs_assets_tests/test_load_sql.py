@@ -68,7 +68,7 @@ def test_create_table_redshift_and_postgres():
         '    "name" VARCHAR(40),\n'
         '    "ok" BOOLEAN,\n'
         '    "doc" VARCHAR(65535),\n'
-        '    "dur" VARCHAR(16),\n'
+        '    "dur" VARCHAR(20),\n'
         '    "update_at" TIMESTAMP,\n'
         '    PRIMARY KEY ("id")\n'
         ")\n"
@@ -167,7 +167,7 @@ def test_plan_ddl_adds_widens_and_refuses():
         "name": "VARCHAR(20)",
         "ok": "BOOLEAN",
         "doc": "VARCHAR(65535)",
-        "dur": "VARCHAR(16)",
+        "dur": "VARCHAR(20)",
         "update_at": "TIMESTAMP",
         "legacy": "INTEGER",
     }
@@ -417,7 +417,7 @@ def test_redshift_load_sends_exactly_this(redshift, s3_resource, s3_client, buck
     ]
     assert create_stage_sql(T, "redshift") == (
         'CREATE TEMP TABLE "s3rs_stage" (\n    "id" DECIMAL(20,0),\n    "name" VARCHAR(40),\n'
-        '    "ok" BOOLEAN,\n    "doc" VARCHAR(65535),\n    "dur" VARCHAR(16),\n'
+        '    "ok" BOOLEAN,\n    "doc" VARCHAR(65535),\n    "dur" VARCHAR(20),\n'
         '    "update_at" TIMESTAMP\n)\nDISTKEY ("id")'
     )
     ledger_params = redshift["params"][redshift["log"].index(sent[4])]
