@@ -47,7 +47,7 @@ import time
 import uuid
 import warnings
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -688,8 +688,9 @@ def profiled(enabled: bool) -> Iterator[dict[str, Any]]:
             try:
                 return fn(self, sql, *a, **kw)
             finally:
-                stmts.append((f"{name}: " + " ".join(str(sql).split())[:90],
-                              time.perf_counter() - t0))
+                stmts.append(
+                    (f"{name}: " + " ".join(str(sql).split())[:90], time.perf_counter() - t0)
+                )
 
         return timed
 
@@ -792,8 +793,23 @@ def psql_copy(pg: DatabaseURL, mysql: DatabaseURL, table: str, path: Path) -> di
     with pg_connect(pg, SCHEMA) as conn:
         conn.execute(plain_table_sql(name, src.columns))
     copy = f"\\copy \"{SCHEMA}\".\"{name}\" FROM '{path}' WITH (FORMAT text, NULL 'NULL')"
-    args = [psql, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", pg.host, "-p", str(pg.port),
-            "-U", pg.user, "-d", SCHEMA, "-c", copy]
+    args = [
+        psql,
+        "-X",
+        "-q",
+        "-v",
+        "ON_ERROR_STOP=1",
+        "-h",
+        pg.host,
+        "-p",
+        str(pg.port),
+        "-U",
+        pg.user,
+        "-d",
+        SCHEMA,
+        "-c",
+        copy,
+    ]
     t0 = time.perf_counter()
     subprocess.run(args, env=cli_env(pg=pg), check=True)
     wall = time.perf_counter() - t0
@@ -853,20 +869,31 @@ def print_table(lines: list[dict[str, Any]]) -> str:
         )
         for ln in lines
     ]
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in
-              enumerate(head)]
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(head)
+    ]
     right = {2, 3, 4, 5, 6}
 
     def line(cells: tuple[str, ...]) -> str:
-        return "  ".join(c.rjust(w) if i in right else c.ljust(w)
-                         for i, (c, w) in enumerate(zip(cells, widths, strict=True)))
+        return "  ".join(
+            c.rjust(w) if i in right else c.ljust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        )
 
     out = [line(head), "  ".join("-" * w for w in widths)] + [line(r) for r in rows]
     return "\n".join(out)
 
 
-def add_line(lines: list, stage: str, tool: str, rows: int, seconds: float,
-             floor_rps: float | None, peak_mb: float | None = None, key: str = "") -> dict:
+def add_line(
+    lines: list,
+    stage: str,
+    tool: str,
+    rows: int,
+    seconds: float,
+    floor_rps: float | None,
+    peak_mb: float | None = None,
+    key: str = "",
+) -> dict:
     rps = rows / seconds if seconds > 0 else None
     ln = {
         "key": key,
@@ -893,28 +920,53 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--rows", type=int, default=1_000_000, help="table size (default 1000000)")
     ap.add_argument("--chunk-rows", type=int, default=100_000, help="s3rs chunk_rows")
     ap.add_argument("--parallelism", type=int, default=2, help="s3rs parallelism (sub-ranges)")
-    ap.add_argument("--reader", choices=("connectorx", "jdbc"), default="connectorx",
-                    help="s3rs reader inside the Spark tasks (default connectorx)")
-    ap.add_argument("--stages", default="backup,load,e2e",
-                    help="comma-separated subset of backup,load,e2e (load and e2e need the "
-                    "backup's files, so the backup always runs)")
+    ap.add_argument(
+        "--reader",
+        choices=("connectorx", "jdbc"),
+        default="connectorx",
+        help="s3rs reader inside the Spark tasks (default connectorx)",
+    )
+    ap.add_argument(
+        "--stages",
+        default="backup,load,e2e",
+        help="comma-separated subset of backup,load,e2e (load and e2e need the "
+        "backup's files, so the backup always runs)",
+    )
     ap.add_argument("--no-naive", action="store_true", help="skip the pymysql + pandas run")
     ap.add_argument("--no-floor", action="store_true", help="skip the mariadb CLI extract floor")
-    ap.add_argument("--floor-repeat", type=int, default=2,
-                    help="runs of the extract floor; the best counts (default 2)")
+    ap.add_argument(
+        "--floor-repeat",
+        type=int,
+        default=2,
+        help="runs of the extract floor; the best counts (default 2)",
+    )
     ap.add_argument("--json", type=Path, help="write all measurements to this file")
-    ap.add_argument("--keep-pg", action="store_true",
-                    help="keep the PostgreSQL tables of this run (schema s3rs_bench)")
-    ap.add_argument("--dagster-log-level", default="WARNING",
-                    help="console log level of the Dagster run (default WARNING)")
-    ap.add_argument("--profile-load", action="store_true",
-                    help="time each warehouse statement of the s3rs load and cProfile it "
-                    "(slows the load a little; printed and in --json)")
-    ap.add_argument("--memory-check", action="store_true",
-                    help="run the backup alone, in a fresh process per table size, and "
-                    "compare peak RSS")
-    ap.add_argument("--memory-rows", default="200000,1000000",
-                    help="table sizes for --memory-check (default 200000,1000000)")
+    ap.add_argument(
+        "--keep-pg",
+        action="store_true",
+        help="keep the PostgreSQL tables of this run (schema s3rs_bench)",
+    )
+    ap.add_argument(
+        "--dagster-log-level",
+        default="WARNING",
+        help="console log level of the Dagster run (default WARNING)",
+    )
+    ap.add_argument(
+        "--profile-load",
+        action="store_true",
+        help="time each warehouse statement of the s3rs load and cProfile it "
+        "(slows the load a little; printed and in --json)",
+    )
+    ap.add_argument(
+        "--memory-check",
+        action="store_true",
+        help="run the backup alone, in a fresh process per table size, and compare peak RSS",
+    )
+    ap.add_argument(
+        "--memory-rows",
+        default="200000,1000000",
+        help="table sizes for --memory-check (default 200000,1000000)",
+    )
     args = ap.parse_args(argv)
     stages = {s.strip() for s in args.stages.split(",") if s.strip()}
     unknown = stages - set(STAGES)
@@ -996,7 +1048,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     say(f"==> table {SCHEMA}.{table} ({args.rows:,} rows)")
     seeded = ensure_table(mysql, table, args.rows)
     report["seed"] = seeded
-    say("    seeded in %.1f s" % seeded["seconds"] if seeded["seeded"] else "    reused")
+    say("    seeded in {:.1f} s".format(seeded["seconds"]) if seeded["seeded"] else "    reused")
 
     with s3_endpoint() as s3info, dagster_home():
         report["s3"] = s3info
@@ -1013,43 +1065,94 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
                 fl = extract_floor(mysql, table, max(1, args.floor_repeat))
                 report["extract_floor"] = fl
                 floor_rps = args.rows / fl["seconds"]
-                add_line(lines, "extract", "mariadb --quick --batch > /dev/null (floor)",
-                         args.rows, fl["seconds"], floor_rps, key="extract_floor")
-                say(f"    {fl['seconds']:.1f} s (runs: {', '.join(f'{t:.1f}' for t in fl['runs'])})")
+                add_line(
+                    lines,
+                    "extract",
+                    "mariadb --quick --batch > /dev/null (floor)",
+                    args.rows,
+                    fl["seconds"],
+                    floor_rps,
+                    key="extract_floor",
+                )
+                say(
+                    f"    {fl['seconds']:.1f} s (runs: {', '.join(f'{t:.1f}' for t in fl['runs'])})"
+                )
             if not args.no_naive:
                 say("==> naive: pymysql + pandas, 5000-row chunks -> parquet")
                 with mem.measure("naive"):
                     nv = naive_extract(mysql, table)
                 report["naive"] = nv
-                add_line(lines, "extract", "pymysql + pandas, 5000-row chunks -> parquet",
-                         nv["rows"], nv["seconds"], floor_rps, mem.peak_mb("naive", "driver"),
-                         key="naive")
+                add_line(
+                    lines,
+                    "extract",
+                    "pymysql + pandas, 5000-row chunks -> parquet",
+                    nv["rows"],
+                    nv["seconds"],
+                    floor_rps,
+                    mem.peak_mb("naive", "driver"),
+                    key="naive",
+                )
                 if nv["columns_written_as_text"]:
-                    notes.append("naive: columns pyarrow could not take from pandas objects, "
-                                 f"written as text: {', '.join(nv['columns_written_as_text'])}")
+                    notes.append(
+                        "naive: columns pyarrow could not take from pandas objects, "
+                        f"written as text: {', '.join(nv['columns_written_as_text'])}"
+                    )
                 say(f"    {nv['seconds']:.1f} s")
 
-            say(f"==> backup: s3rs s3_parquet via Dagster ({args.reader}, chunk_rows "
-                f"{args.chunk_rows:,}, parallelism {args.parallelism})")
-            backup = run_backup(mysql, table, bucket, args, mem,
-                                pg_url=url_text(pg, "postgresql", SCHEMA) if pg else None)
+            say(
+                f"==> backup: s3rs s3_parquet via Dagster ({args.reader}, chunk_rows "
+                f"{args.chunk_rows:,}, parallelism {args.parallelism})"
+            )
+            backup = run_backup(
+                mysql,
+                table,
+                bucket,
+                args,
+                mem,
+                pg_url=url_text(pg, "postgresql", SCHEMA) if pg else None,
+            )
             b = backup["result"]
             report["backup"] = b
-            report["memory"] = {k: {kk: round(vv / MB, 1) for kk, vv in v.items()}
-                                for k, v in mem.peaks.items()}
+            report["memory"] = {
+                k: {kk: round(vv / MB, 1) for kk, vv in v.items()} for k, v in mem.peaks.items()
+            }
             if b["rows"] != args.rows:
                 notes.append(f"backup wrote {b['rows']} rows, the table has {args.rows}")
             peak = mem.peak_mb("backup")
-            add_line(lines, "backup", "s3rs s3_parquet (Dagster run, Spark already up)",
-                     b["rows"], b["run_wall_s"], floor_rps, peak, key="backup")
-            add_line(lines, "backup", "  same, minus first-chunk warm-up",
-                     b["rows"], b["run_wall_s"] - b["first_chunk_warmup_s"], floor_rps, peak,
-                     key="backup_steady")
-            add_line(lines, "backup", "  same, plus SparkSession start-up",
-                     b["rows"], b["run_wall_s"] + b["spark_start_s"], floor_rps, peak,
-                     key="backup_with_startup")
-            say(f"    {b['rows']:,} rows in {b['run_wall_s']:.1f} s "
-                f"(+ {b['spark_start_s']:.1f} s Spark start-up)")
+            add_line(
+                lines,
+                "backup",
+                "s3rs s3_parquet (Dagster run, Spark already up)",
+                b["rows"],
+                b["run_wall_s"],
+                floor_rps,
+                peak,
+                key="backup",
+            )
+            add_line(
+                lines,
+                "backup",
+                "  same, minus first-chunk warm-up",
+                b["rows"],
+                b["run_wall_s"] - b["first_chunk_warmup_s"],
+                floor_rps,
+                peak,
+                key="backup_steady",
+            )
+            add_line(
+                lines,
+                "backup",
+                "  same, plus SparkSession start-up",
+                b["rows"],
+                b["run_wall_s"] + b["spark_start_s"],
+                floor_rps,
+                peak,
+                key="backup_with_startup",
+            )
+            say(
+                f"    {b['rows']:,} rows in {b['run_wall_s']:.1f} s "
+                f"(+ {b['spark_start_s']:.1f} s Spark start-up)"
+            )
 
             if want_load:
                 why = load_module_ready()
@@ -1069,8 +1172,10 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
                     report["load_floor"] = {"dump": dump, "psql_copy": pcopy}
                     if pcopy["rows_in_target"] != args.rows:
                         notes.append(f"psql \\copy loaded {pcopy['rows_in_target']} rows")
-                    say(f"    dump {dump['seconds']:.1f} s ({dump['bytes'] / MB:,.0f} MB), "
-                        f"\\copy {pcopy['seconds']:.1f} s")
+                    say(
+                        f"    dump {dump['seconds']:.1f} s ({dump['bytes'] / MB:,.0f} MB), "
+                        f"\\copy {pcopy['seconds']:.1f} s"
+                    )
                     say("==> load baseline: psycopg COPY of the parquet files (Arrow -> CSV)")
                     with mem.measure("baseline"):
                         base = baseline_copy(pg, mysql, table, backup)
@@ -1083,49 +1188,88 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
                     say(f"    {ld['seconds']:.1f} s")
                     for what, got in (("baseline", base), ("s3rs load", ld)):
                         if got["rows_in_target"] != b["rows"]:
-                            notes.append(f"{what}: {got['rows_in_target']} rows in PostgreSQL, "
-                                         f"the backup wrote {b['rows']}")
+                            notes.append(
+                                f"{what}: {got['rows_in_target']} rows in PostgreSQL, "
+                                f"the backup wrote {b['rows']}"
+                            )
 
                     lfloor = args.rows / pcopy["seconds"]
                     if "load" in args.stage_set:
-                        add_line(lines, "load", "psql \\copy of the TSV (floor)", args.rows,
-                                 pcopy["seconds"], lfloor, key="load_floor")
-                        add_line(lines, "load", "psycopg COPY, parquet -> Arrow -> CSV (baseline)",
-                                 b["rows"], base["seconds"], lfloor, mem.peak_mb("baseline", "driver"),
-                                 key="load_baseline")
-                        add_line(lines, "load", "s3rs load_files: COPY + merge + ledger",
-                                 b["rows"], ld["seconds"], lfloor, mem.peak_mb("load", "driver"),
-                                 key="load")
+                        add_line(
+                            lines,
+                            "load",
+                            "psql \\copy of the TSV (floor)",
+                            args.rows,
+                            pcopy["seconds"],
+                            lfloor,
+                            key="load_floor",
+                        )
+                        add_line(
+                            lines,
+                            "load",
+                            "psycopg COPY, parquet -> Arrow -> CSV (baseline)",
+                            b["rows"],
+                            base["seconds"],
+                            lfloor,
+                            mem.peak_mb("baseline", "driver"),
+                            key="load_baseline",
+                        )
+                        add_line(
+                            lines,
+                            "load",
+                            "s3rs load_files: COPY + merge + ledger",
+                            b["rows"],
+                            ld["seconds"],
+                            lfloor,
+                            mem.peak_mb("load", "driver"),
+                            key="load",
+                        )
                     if "e2e" in args.stage_set:
                         e_floor_s = dump["seconds"] + pcopy["seconds"]
                         efloor = args.rows / e_floor_s
-                        add_line(lines, "e2e", "mariadb --batch > TSV, psql \\copy (floor)",
-                                 args.rows, e_floor_s, efloor, key="e2e_floor")
-                        add_line(lines, "e2e", "s3rs backup + load (Spark already up)",
-                                 b["rows"], b["run_wall_s"] + ld["seconds"], efloor,
-                                 key="e2e")
-                        add_line(lines, "e2e", "  same, plus SparkSession start-up",
-                                 b["rows"], b["run_wall_s"] + ld["seconds"] + b["spark_start_s"],
-                                 efloor, key="e2e_with_startup")
+                        add_line(
+                            lines,
+                            "e2e",
+                            "mariadb --batch > TSV, psql \\copy (floor)",
+                            args.rows,
+                            e_floor_s,
+                            efloor,
+                            key="e2e_floor",
+                        )
+                        add_line(
+                            lines,
+                            "e2e",
+                            "s3rs backup + load (Spark already up)",
+                            b["rows"],
+                            b["run_wall_s"] + ld["seconds"],
+                            efloor,
+                            key="e2e",
+                        )
+                        add_line(
+                            lines,
+                            "e2e",
+                            "  same, plus SparkSession start-up",
+                            b["rows"],
+                            b["run_wall_s"] + ld["seconds"] + b["spark_start_s"],
+                            efloor,
+                            key="e2e_with_startup",
+                        )
         finally:
             mem.stop_event.set()
             if backup is not None:
-                try:
+                with suppress(Exception):
                     backup["session"].stop()
-                except Exception:
-                    pass
             try:
                 n = delete_bucket(bucket)
                 report["s3"]["cleanup"] = f"deleted {n} objects and bucket {bucket}"
             except Exception as e:
                 report["s3"]["cleanup"] = f"could not delete bucket {bucket}: {e}"
             if pg is not None and not args.keep_pg:
-                try:
+                with suppress(Exception):
                     drop_pg(pg)
-                except Exception:
-                    pass
-        report["memory"] = {k: {kk: round(vv / MB, 1) for kk, vv in v.items()}
-                            for k, v in mem.peaks.items()}
+        report["memory"] = {
+            k: {kk: round(vv / MB, 1) for kk, vv in v.items()} for k, v in mem.peaks.items()
+        }
     report["machine"]["loadavg_end"] = os.getloadavg()
     report["total_seconds"] = time.perf_counter() - t_all
     return report
@@ -1136,14 +1280,18 @@ def ratios(report: dict[str, Any]) -> list[str]:
     out = []
     if "load" in by and "load_baseline" in by:
         r = by["load"]["rows_per_s"] / by["load_baseline"]["rows_per_s"]
-        out.append(f"load vs psycopg COPY baseline: {r:.2f}x (target >= 0.6: "
-                   f"{'met' if r >= 0.6 else 'NOT met'})")
+        out.append(
+            f"load vs psycopg COPY baseline: {r:.2f}x (target >= 0.6: "
+            f"{'met' if r >= 0.6 else 'NOT met'})"
+        )
         report["load_vs_baseline"] = r
     if "e2e" in by:
         r = by["e2e"]["x_floor"]
-        out.append(f"end to end vs floor, Spark up: {r:.2f}x; with start-up: "
-                   f"{by['e2e_with_startup']['x_floor']:.2f}x (target >= 0.5: "
-                   f"{'met' if r >= 0.5 else 'NOT met'})")
+        out.append(
+            f"end to end vs floor, Spark up: {r:.2f}x; with start-up: "
+            f"{by['e2e_with_startup']['x_floor']:.2f}x (target >= 0.5: "
+            f"{'met' if r >= 0.5 else 'NOT met'})"
+        )
         report["e2e_vs_floor"] = r
     return out
 
@@ -1151,14 +1299,18 @@ def ratios(report: dict[str, Any]) -> list[str]:
 def print_report(report: dict[str, Any]) -> None:
     m, c = report["machine"], report["config"]
     say("")
-    say(f"s3rs benchmark, {m['date']}: {m['nproc']} cores, {m.get('mem_total_mb', '?')} MB RAM, "
+    say(
+        f"s3rs benchmark, {m['date']}: {m['nproc']} cores, {m.get('mem_total_mb', '?')} MB RAM, "
         f"{m['mysql_version']} (buffer pool {m['innodb_buffer_pool_mb']} MB), PostgreSQL "
         f"{m.get('postgres_version', '-')}, pyspark {m.get('pyspark', '?')}, Spark "
-        f"{c['spark_master']}")
+        f"{c['spark_master']}"
+    )
     la0, la1 = m["loadavg_start"], m.get("loadavg_end", (0, 0, 0))
-    say(f"table {c['table']}: {c['rows']:,} rows, partition {c['partition']}; reader "
+    say(
+        f"table {c['table']}: {c['rows']:,} rows, partition {c['partition']}; reader "
         f"{c['reader']}, chunk_rows {c['chunk_rows']:,}, parallelism {c['parallelism']}; "
-        f"load average {la0[0]:.2f} at start, {la1[0]:.2f} at end")
+        f"load average {la0[0]:.2f} at start, {la1[0]:.2f} at end"
+    )
     say("")
     say(print_table(report["lines"]))
     say("")
@@ -1167,25 +1319,35 @@ def print_report(report: dict[str, Any]) -> None:
     b = report.get("backup")
     if b:
         chunks = b["chunks"]
-        say(f"backup: Spark start-up {b['spark_start_s']:.1f} s (before the run; the asset "
+        say(
+            f"backup: Spark start-up {b['spark_start_s']:.1f} s (before the run; the asset "
             f"saw {b['asset_spark_startup_s']:.2f} s); Dagster run {b['run_wall_s']:.1f} s = asset "
             f"{b['asset_s']:.1f} s + Dagster/IO manager {b['run_wall_s'] - b['asset_s']:.1f} s; "
             f"in the asset: plan {b['plan_s']:.1f} s, Spark read+write {b['read_write_s']:.1f} s, "
             f"checkpoint {b['checkpoint_s']:.1f} s over {len(chunks)} chunks, "
-            f"{b['files']} files, {b['bytes'] / MB:.0f} MB parquet")
+            f"{b['files']} files, {b['bytes'] / MB:.0f} MB parquet"
+        )
         if chunks:
             rest = [ch["read_write_s"] for ch in chunks[1:]]
-            say(f"        first chunk {chunks[0]['read_write_s']:.1f} s vs median "
+            say(
+                f"        first chunk {chunks[0]['read_write_s']:.1f} s vs median "
                 f"{statistics.median(rest) if rest else 0:.1f} s of the others "
                 f"(warm-up ~{b['first_chunk_warmup_s']:.1f} s); per chunk read+write: "
-                + " ".join(f"{ch['read_write_s']:.1f}" for ch in chunks))
-            say("        per chunk plan: " + " ".join(f"{ch['plan_s']:.2f}" for ch in chunks)
-                + "; checkpoint: " + " ".join(f"{ch['checkpoint_s']:.2f}" for ch in chunks))
+                + " ".join(f"{ch['read_write_s']:.1f}" for ch in chunks)
+            )
+            say(
+                "        per chunk plan: "
+                + " ".join(f"{ch['plan_s']:.2f}" for ch in chunks)
+                + "; checkpoint: "
+                + " ".join(f"{ch['checkpoint_s']:.2f}" for ch in chunks)
+            )
     ld = report.get("load")
     if ld and "copy_seconds" in ld:
-        say(f"load: {ld['seconds']:.1f} s = COPY to staging {ld['copy_seconds']:.1f} s + merge "
+        say(
+            f"load: {ld['seconds']:.1f} s = COPY to staging {ld['copy_seconds']:.1f} s + merge "
             f"{ld['merge_seconds']:.1f} s + ledger/DDL/commit "
-            f"{ld['seconds'] - ld['copy_seconds'] - ld['merge_seconds']:.1f} s")
+            f"{ld['seconds'] - ld['copy_seconds'] - ld['merge_seconds']:.1f} s"
+        )
     prof = (ld or {}).get("profile")
     if prof:
         say("load statements >= 0.05 s:")
@@ -1194,17 +1356,25 @@ def print_report(report: dict[str, Any]) -> None:
         say(prof["cprofile_top"])
     lf = report.get("load_floor")
     if lf:
-        say(f"floor: mariadb | sed > TSV {lf['dump']['seconds']:.1f} s "
-            f"({lf['dump']['bytes'] / MB:,.0f} MB), psql \\copy {lf['psql_copy']['seconds']:.1f} s")
+        say(
+            f"floor: mariadb | sed > TSV {lf['dump']['seconds']:.1f} s "
+            f"({lf['dump']['bytes'] / MB:,.0f} MB), psql \\copy {lf['psql_copy']['seconds']:.1f} s"
+        )
     mem = report.get("memory", {})
-    for phase, label in (("spark_start", "Spark start"), ("backup", "backup run"),
-                         ("naive", "naive extract"), ("baseline", "COPY baseline"),
-                         ("load", "s3rs load")):
+    for phase, label in (
+        ("spark_start", "Spark start"),
+        ("backup", "backup run"),
+        ("naive", "naive extract"),
+        ("baseline", "COPY baseline"),
+        ("load", "s3rs load"),
+    ):
         p = mem.get(phase)
         if p:
-            say(f"peak RSS, {label}: total {p.get('total', 0):,.0f} MB (driver "
+            say(
+                f"peak RSS, {label}: total {p.get('total', 0):,.0f} MB (driver "
                 f"{p.get('driver', 0):,.0f}, JVM {p.get('jvm', 0):,.0f}, Python workers "
-                f"{p.get('workers', 0):,.0f}; each its own high-water mark)")
+                f"{p.get('workers', 0):,.0f}; each its own high-water mark)"
+            )
     for n in report["notes"]:
         say(f"note: {n}")
     say(f"whole benchmark: {report['total_seconds']:.0f} s")
@@ -1218,28 +1388,56 @@ def memory_check(args: argparse.Namespace) -> dict[str, Any]:
         for n in sizes:
             with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as tf:
                 path = Path(tf.name)
-            cmd = [sys.executable, "-m", "benchmarks.run", "--rows", str(n), "--chunk-rows",
-                   str(args.chunk_rows), "--parallelism", str(args.parallelism), "--reader",
-                   args.reader, "--stages", "backup", "--no-naive", "--no-floor",
-                   "--json", str(path)]
+            cmd = [
+                sys.executable,
+                "-m",
+                "benchmarks.run",
+                "--rows",
+                str(n),
+                "--chunk-rows",
+                str(args.chunk_rows),
+                "--parallelism",
+                str(args.parallelism),
+                "--reader",
+                args.reader,
+                "--stages",
+                "backup",
+                "--no-naive",
+                "--no-floor",
+                "--json",
+                str(path),
+            ]
             say(f"==> memory check: {n:,} rows (fresh process)")
             subprocess.run(cmd, cwd=REPO, check=True, stdout=subprocess.DEVNULL)
             rep = json.loads(path.read_text())
             path.unlink()
             peaks = rep["memory"].get("backup", {})
-            results.append({"rows": n, "peaks_mb": peaks,
-                            "spark_start_peaks_mb": rep["memory"].get("spark_start", {}),
-                            "seconds": rep["backup"]["run_wall_s"]})
+            results.append(
+                {
+                    "rows": n,
+                    "peaks_mb": peaks,
+                    "spark_start_peaks_mb": rep["memory"].get("spark_start", {}),
+                    "seconds": rep["backup"]["run_wall_s"],
+                }
+            )
     say("")
-    say(f"peak RSS during the backup run (chunk_rows {args.chunk_rows:,}, parallelism "
-        f"{args.parallelism}, reader {args.reader}):")
-    say(f"{'rows':>10}  {'total MB':>9}  {'driver':>7}  {'JVM':>7}  {'workers':>7}  "
-        f"{'JVM idle':>8}  {'run s':>6}")
+    say(
+        f"peak RSS during the backup run (chunk_rows {args.chunk_rows:,}, parallelism "
+        f"{args.parallelism}, reader {args.reader}):"
+    )
+    say("(MB; 'at start' = after SparkSession start-up and worker warm-up, before the run)")
+    say(
+        f"{'rows':>10}  {'total':>6}  {'driver':>6}  {'JVM':>6}  {'workers':>7}  "
+        f"{'total at start':>14}  {'JVM at start':>12}  {'workers at start':>16}  {'run s':>6}"
+    )
     for r in results:
         p, s = r["peaks_mb"], r["spark_start_peaks_mb"]
-        say(f"{r['rows']:>10,}  {p.get('total', 0):>9,.0f}  {p.get('driver', 0):>7,.0f}  "
-            f"{p.get('jvm', 0):>7,.0f}  {p.get('workers', 0):>7,.0f}  {s.get('jvm', 0):>8,.0f}  "
-            f"{r['seconds']:>6.1f}")
+        say(
+            f"{r['rows']:>10,}  {p.get('total', 0):>6,.0f}  {p.get('driver', 0):>6,.0f}  "
+            f"{p.get('jvm', 0):>6,.0f}  {p.get('workers', 0):>7,.0f}  "
+            f"{s.get('total', 0):>14,.0f}  {s.get('jvm', 0):>12,.0f}  "
+            f"{s.get('workers', 0):>16,.0f}  {r['seconds']:>6.1f}"
+        )
     return {"memory_check": results}
 
 

@@ -69,7 +69,12 @@ def run_backup(
         )
     if bound.note:
         context.log.info(f"{table.name}: safety bound {bound.upper} ({bound.note})")
-    store = store_for(s3, context.run_id)
+    store = store_for(s3, context.run_id, context.instance)
+    # Validate (and if lost, recover) the watermark before Spark starts or anything is read.
+    store.read(table.name, now=bound.server_now)
+    recovery = store.last_recovery.as_metadata() if store.last_recovery else None
+    if recovery:
+        context.log.warning(f"{table.name}: watermark was lost or invalid and restored: {recovery}")
     t_spark = time.monotonic()
     session = spark.session()
     spark_seconds = time.monotonic() - t_spark
@@ -93,6 +98,7 @@ def run_backup(
                 parallelism=table.parallelism,
                 run_id=context.run_id,
                 row_budget=remaining,
+                source_now=bound.server_now,
                 log=context.log.info,
             )
             runs.append(run)
@@ -110,7 +116,7 @@ def run_backup(
     if skipped:
         context.log.warning(f"{table.name}: row limit reached; not read: {', '.join(skipped)}")
     return BackupOutput(
-        table.name, runs, bound, found, time.monotonic() - t0, spark_seconds, skipped
+        table.name, runs, bound, found, time.monotonic() - t0, spark_seconds, skipped, recovery
     )
 
 

@@ -391,12 +391,15 @@ def console_silenced() -> bool:
 
 
 def _failure_reasons(result: Any) -> list[str]:
+    """One line per failed step: the innermost cause (the s3rs error), not Dagster's wrapper."""
     out = []
     try:
         for ev in result.get_step_failure_events():
             err = ev.step_failure_data.error
-            msg = (err.message if err else "") or "step failed"
-            out.append(f"{ev.step_key}: {msg.strip().splitlines()[0] if msg.strip() else msg}")
+            while err is not None and err.cause is not None:
+                err = err.cause
+            msg = ((err.message if err else "") or "step failed").strip()
+            out.append(f"{ev.step_key}: {msg.splitlines()[0]}")
     except Exception:  # noqa: BLE001 - best effort; the UI has the full story
         pass
     return out[:5]
@@ -444,6 +447,7 @@ class SyncMonitor:
         self._last: tuple | None = None
         self._chunk = 0
         self._partition: str | None = None
+        self._first: tuple[float, int] | None = None
         self._drawn = False
         self.run_log = logging.getLogger("s3rs.run")
         self.progress_log = logging.getLogger("s3rs.progress")
@@ -528,13 +532,22 @@ class SyncMonitor:
         loaded = rec.redshift_rows_loaded - (base.redshift_rows_loaded if base else 0)
         partition = newest[1] if newest else self._partition
         state = rec.partitions.get(partition) if partition else None
-        seconds = max(time.monotonic() - self._t0, 1e-6)
+        now = time.monotonic()
+        seconds = max(now - self._t0, 1e-6)
+        if self._first is None and rows:
+            self._first = (now, rows)
+        if self._first is not None and rows > self._first[1] and now - self._first[0] > 0.2:
+            # Rows per second of reading, from the first checkpoint seen (Spark's start-up
+            # before it would only dilute the rate).
+            rate = (rows - self._first[1]) / (now - self._first[0])
+        else:
+            rate = rows / seconds
         return {
             "table": self.table.name,
             "partition": partition,
             "chunk": self._chunk or None,
             "rows": rows,
-            "rows_per_second": round(rows / seconds, 1),
+            "rows_per_second": round(rate, 1),
             "rows_loaded": max(0, loaded),
             "cursor": str(state.cursor) if state and state.cursor else None,
             "status": state.status if state else None,
@@ -833,10 +846,15 @@ def _manual_change(
     dry_run: bool,
     now: datetime | None,
     notes: list[str] = (),
+    create: bool = True,
 ) -> None:
     """Show before -> after, confirm, then apply `change` compare-and-swap."""
     store = _store()
     before, _etag = store.read_versioned(table.name, now=now)
+    if before is None and not create:
+        echo(title)
+        echo(f"  nothing to change: {table.name} has no watermark yet.")
+        return
     after = before.model_copy(deep=True) if before else WatermarkRecord.new(table.name)
     change(after)
     after.refresh()
@@ -949,6 +967,7 @@ def watermark_reset(
         dry_run=dry_run,
         now=None,
         notes=notes,
+        create=False,
     )
 
 

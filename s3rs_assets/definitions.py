@@ -10,6 +10,7 @@ from s3rs_assets.assets import build_sync_job, build_table_assets
 from s3rs_assets.config import load_tables
 from s3rs_assets.io_manager import S3RSIOManager
 from s3rs_assets.resources import DEFAULT_JDBC_JARS, MySQLResource, S3Resource, SparkResource
+from s3rs_assets.sensors import build_sensors
 from s3rs_assets.warehouse import WarehouseResource
 
 
@@ -19,9 +20,11 @@ def build_definitions() -> dg.Definitions:
         bucket=dg.EnvVar("S3RS_S3_BUCKET"),
         prefix=os.environ.get("S3RS_S3_PREFIX", "s3rs"),
     )
+    jobs = [build_sync_job(t) for t in tables]
     return dg.Definitions(
         assets=[a for t in tables for a in build_table_assets(t)],
-        jobs=[build_sync_job(t) for t in tables],
+        jobs=jobs,
+        sensors=build_sensors(tables, jobs),
         resources={
             "mysql": MySQLResource(url=dg.EnvVar("S3RS_MYSQL_URL")),
             "s3": s3,

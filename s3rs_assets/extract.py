@@ -319,6 +319,7 @@ def backup_partition(
     parallelism: int,
     run_id: str | None,
     row_budget: int | None = None,
+    source_now: datetime | None = None,
     log: Callable[[str], None] = lambda _m: None,
     on_chunk: Callable[[PartitionRun, ChunkResult], None] | None = None,
 ) -> PartitionRun:
@@ -326,7 +327,8 @@ def backup_partition(
     t0 = time.monotonic()
     start, end = window
     table = ex.table_name
-    record = store.read(table) or WatermarkRecord.new(table)
+    # reading validates the record against the source clock and recovers a lost primary
+    record = store.read(table, now=source_now) or WatermarkRecord.new(table)
     prior = record.partitions.get(partition_key)
     recompute = prior is not None and prior.status == "complete"
     if prior is None or recompute:

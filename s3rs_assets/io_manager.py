@@ -31,6 +31,7 @@ class BackupOutput:
     seconds: float
     spark_seconds: float = 0.0
     skipped: list[str] = field(default_factory=list)
+    recovery: dict[str, Any] | None = None  # set when this run restored a lost watermark
 
 
 @dataclass
@@ -41,8 +42,28 @@ class LoadOutput:
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
-def store_for(s3: S3Resource, run_id: str | None = None) -> WatermarkStore:
-    return WatermarkStore(s3.client(), s3.bucket, s3.prefix, session_id=run_id)
+def store_for(
+    s3: S3Resource, run_id: str | None = None, instance: dg.DagsterInstance | None = None
+) -> WatermarkStore:
+    """The watermark store; with an instance, its event log is the last recovery source."""
+    fallback = None
+    if instance is not None:
+        from s3rs_assets.sensors import event_log_fallback
+
+        fallback = event_log_fallback(instance)
+    return WatermarkStore(
+        s3.client(), s3.bucket, s3.prefix, session_id=run_id, event_log_fallback=fallback
+    )
+
+
+def save_metadata(store: WatermarkStore) -> dict[str, Any]:
+    """Where the last save landed (and a recovery, if one happened): shown in the UI."""
+    md: dict[str, Any] = {}
+    if store.last_save is not None:
+        md["watermark_save"] = dg.MetadataValue.json(store.last_save.as_metadata())
+    if store.last_recovery is not None:
+        md["watermark_recovery"] = dg.MetadataValue.json(store.last_recovery.as_metadata())
+    return md
 
 
 def backup_metadata(out: BackupOutput, record: WatermarkRecord) -> dict[str, Any]:
@@ -99,7 +120,7 @@ class S3RSIOManager(dg.ConfigurableIOManager):
     s3: S3Resource
 
     def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
-        store = store_for(self.s3, context.run_id)
+        store = store_for(self.s3, context.run_id, context.step_context.instance)
         if isinstance(obj, BackupOutput):
 
             def close(rec: WatermarkRecord) -> None:
@@ -108,7 +129,10 @@ class S3RSIOManager(dg.ConfigurableIOManager):
                 rec.last_error = None
 
             record = store.update(obj.table, close)
-            context.add_output_metadata(backup_metadata(obj, record))
+            md = {**backup_metadata(obj, record), **save_metadata(store)}
+            if obj.recovery:
+                md["watermark_recovery"] = dg.MetadataValue.json(obj.recovery)
+            context.add_output_metadata(md)
         elif isinstance(obj, LoadOutput):
             from s3rs_assets.load_stage import close_load
 
@@ -125,7 +149,7 @@ class S3RSIOManager(dg.ConfigurableIOManager):
     def load_input(self, context: dg.InputContext) -> dict[str, list[FileEntry]]:
         """Files of the upstream partitions, from the watermark's manifests."""
         table = ".".join(context.asset_key.path[:2])
-        record = store_for(self.s3).read(table)
+        record = store_for(self.s3, instance=context.instance).read(table)
         keys = context.asset_partition_keys if context.has_asset_partitions else []
         if record is None:
             return {k: [] for k in keys}

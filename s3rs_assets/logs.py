@@ -181,6 +181,35 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(doc, default=str, ensure_ascii=False)
 
 
+class _ScopeFilter(logging.Filter):
+    """s3rs's own records at their level; other libraries' only from WARNING up (some,
+    like werkzeug, raise their own logger to INFO) unless the level is DEBUG."""
+
+    def __init__(self, level: int):
+        super().__init__()
+        self.level = level
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name == "s3rs" or record.name.startswith("s3rs."):
+            return True
+        return record.levelno >= (logging.DEBUG if self.level <= logging.DEBUG else logging.WARNING)
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever `sys.stderr` is at emit time (click's test runner swaps it)."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self) -> TextIO:  # type: ignore[override]
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: TextIO) -> None:
+        pass
+
+
 def resolve_format(value: str | None) -> str:
     fmt = (value or os.environ.get("S3RS_LOG_FORMAT") or "text").strip().lower()
     if fmt not in FORMATS:
@@ -209,18 +238,24 @@ def configure(
     for h in list(root.handlers):
         if getattr(h, _HANDLER_ATTR, False):
             root.removeHandler(h)
-    handler = logging.StreamHandler(stream or sys.stderr)
+    handler = logging.StreamHandler(stream) if stream is not None else _StderrHandler()
     setattr(handler, _HANDLER_ATTR, True)
-    handler.setFormatter(formatter(fmt))
-    handler.addFilter(RedactionFilter())
-    root.addHandler(handler)
     lvl = logging.getLevelName(level.upper()) if isinstance(level, str) else level
     if not isinstance(lvl, int):
         from s3rs_assets.errors import ConfigError
 
         raise ConfigError(f"unknown log level {level!r}")
+    handler.setFormatter(formatter(fmt))
+    handler.addFilter(_ScopeFilter(lvl))
+    handler.addFilter(RedactionFilter())
+    root.addHandler(handler)
     logging.getLogger("s3rs").setLevel(lvl)
-    root.setLevel(min(lvl, logging.WARNING))
+    # Every checkpoint saves the watermark: one line each is noise unless debugging.
+    logging.getLogger("s3rs.watermark").setLevel(lvl if lvl <= logging.DEBUG else max(
+        lvl, logging.WARNING))
+    # Other libraries speak at WARNING and above unless debugging; s3rs's loggers carry
+    # their own level and reach the handler through propagation.
+    root.setLevel(logging.DEBUG if lvl <= logging.DEBUG else logging.WARNING)
     # Chatty libraries stay at WARNING unless debugging.
     for name in ("botocore", "boto3", "urllib3", "s3transfer", "py4j", "paramiko"):
         logging.getLogger(name).setLevel(lvl if lvl <= logging.DEBUG else logging.WARNING)

@@ -34,14 +34,14 @@ Each one ends in a `SkipReason` that names what it checked, so the UI shows why 
   its stored (cursor, pk), with the predicates of cursor.py) and per stretch of partitions
   the watermark has never seen, oldest first, stopping at the first row found. Complete
   partitions are not probed: their window was read to its end and the safety bound keeps
-  late commits out of it. When rows are found it requests the sync job (both assets) for
-  the first partition with new rows through the partition of the newest row below the bound
-  (the current partition whenever the table is being written; an idle table does not get
-  a run over months of empty windows), leaving out complete partitions (a sync never
-  recomputes a finished window by itself), as one range run per contiguous stretch. The run key is `<table>:<range>:<first new row>:<newest row
-  below the bound>`: the same state gives the same key (Dagster launches it once); progress
-  or new rows give a new one. A table with a sync queued or running (tag `s3rs/table`) is
-  not probed at all.
+  late commits out of it. When rows are found it requests the sync job (both assets) from
+  the first partition with new rows through the partition of the newest row below the
+  bound (the current partition whenever the table is being written; an idle table does not
+  get a run over months of empty windows), leaving out complete partitions (a sync never
+  recomputes a finished window by itself), as one range run per contiguous stretch. The
+  run key is `<table>:<range>:<first new row>:<newest row below the bound>`: the same state
+  gives the same key (Dagster launches it once); progress or new rows give a new one. A
+  table with a sync queued or running (tag `s3rs/table`) is not probed at all.
 """
 
 from __future__ import annotations

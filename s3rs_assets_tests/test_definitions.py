@@ -57,6 +57,8 @@ def test_definitions_load_and_list_every_asset(tables_file, mysql_db):
     rs = dg.AssetKey([mysql_db, "def_orders", "redshift_table"])
     assert graph.get(rs).parent_keys == {dg.AssetKey([mysql_db, "def_orders", "s3_parquet"])}
     assert defs.resolve_asset_graph().get(rs).check_keys
+    sensors = {s.name for s in defs.sensors}
+    assert sensors == {"s3rs_watermark_guard", "s3rs_stage_chain", "s3rs_new_data"}
 
 
 def test_definitions_validate_cli(tables_file):

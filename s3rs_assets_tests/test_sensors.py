@@ -390,27 +390,32 @@ def test_new_data_requests_a_range_sync_once_per_change(
     assert f"{cfg.name}: no rows past the watermark below the safety bound" in quiet.skip_message
     assert "1 complete partition(s) skipped" in quiet.skip_message
 
-    # rows sharing the stored cursor's timestamp, with larger ids: a plain `c > watermark`
-    # would never see them
+    # a row sharing the partial partition's stored timestamp with a larger id (a plain
+    # `c > watermark` would never see it) and one in the next, never synced, partition
     cursor = store.read(cfg.name).partitions["2025-03-05"].cursor
-    insert_rows(mysql_conn, cfg.table, [(cursor.pk[0] + 1000, cursor.c), (999_999, cursor.c)])
-    upper_key = key_at(cfg, server_now(mysql_conn) - timedelta(hours=1))
+    day_after = datetime(2025, 3, 6, 10)
+    insert_rows(mysql_conn, cfg.table, [(cursor.pk[0] + 1000, cursor.c), (7000, day_after)])
 
     tick = s.tick(NEW_DATA)
 
     (req,) = tick.run_requests
     assert req.job_name == job_name(cfg)
     assert req.asset_selection == [asset_key(cfg, "s3_parquet"), asset_key(cfg, "redshift_table")]
-    assert (req.tags[RANGE_START], req.tags[RANGE_END]) == ("2025-03-05", upper_key)
+    assert (req.tags[RANGE_START], req.tags[RANGE_END]) == ("2025-03-05", "2025-03-06")
     assert req.tags[TABLE_TAG] == cfg.name
-    first = Position(c=cursor.c, pk=[cursor.pk[0] + 1000])
-    newest = Position(c=cursor.c, pk=[999_999])
-    assert req.run_key == (
-        f"{cfg.name}:2025-03-05..{upper_key}:{position_token(first)}:{position_token(newest)}"
-    )
+    first = position_token(Position(c=cursor.c, pk=[cursor.pk[0] + 1000]))
+    newest = position_token(Position(c=day_after, pk=[7000]))
+    assert req.run_key == f"{cfg.name}:2025-03-05..2025-03-06:{first}:{newest}"
 
     # same state, same key: Dagster launches a run key once
     assert [r.run_key for r in s.tick(NEW_DATA).run_requests] == [req.run_key]
+
+    # another change, another key
+    insert_rows(mysql_conn, cfg.table, [(7001, day_after)])
+    (changed,) = s.tick(NEW_DATA).run_requests
+    assert changed.run_key == req.run_key.replace(
+        newest, position_token(Position(c=day_after, pk=[7001]))
+    )
 
     # while a sync of the table is queued or running, MySQL is not even asked
     run = instance.add_run(
@@ -447,14 +452,15 @@ def test_new_data_ignores_rows_above_the_safety_bound(
 def test_new_data_on_a_never_synced_table_starts_at_its_first_row(
     instance, mysql_db, mysql_url, mysql_conn, s3_resource
 ):
-    make_ties_table(mysql_conn, "sen_never", ties(5, D + timedelta(days=1), 2))
+    rows = ties(5, D + timedelta(days=1), 2) + [(50, datetime(2025, 3, 7, 8))]
+    make_ties_table(mysql_conn, "sen_never", rows)
     cfg = table_cfg(mysql_db, "sen_never")
     s = Sensors([cfg], instance, res_for(mysql_url, s3_resource))
 
     (req,) = s.tick(NEW_DATA).run_requests
 
-    assert req.tags[RANGE_START] == "2025-03-05"
-    assert req.tags[RANGE_END] == key_at(cfg, server_now(mysql_conn))
+    # through the partition of the newest row, the empty 2025-03-06 included
+    assert (req.tags[RANGE_START], req.tags[RANGE_END]) == ("2025-03-05", "2025-03-07")
 
 
 # ------------------------------------------------------------------------------- no Spark
@@ -528,4 +534,4 @@ def test_sensors_never_import_spark(mysql_db, mysql_url, mysql_conn, s3_resource
     # and each sensor did its real work in that interpreter
     assert "1 never synced" in out[WATERMARK_GUARD]["skip"]
     assert out[STAGE_CHAIN]["runs"][0].startswith(f"{mysql_db}.sen_nospark:2025-03-05:")
-    assert out[NEW_DATA]["runs"][0].startswith(f"{mysql_db}.sen_nospark:2025-03-05..")
+    assert out[NEW_DATA]["runs"][0].startswith(f"{mysql_db}.sen_nospark:2025-03-05:")

@@ -1,0 +1,877 @@
+"""The `s3rs` command line against the real local stack: MariaDB, moto S3, PostgreSQL, Dagster.
+
+Watermark, s3clean, discover and verify tests need no Spark. The sync tests run a handful
+of in-process Dagster runs on tiny tables (they share the test session's SparkSession).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import psycopg
+import pymysql
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from s3rs_assets import cli
+from s3rs_assets.config import TableConfig
+from s3rs_assets.io_manager import store_for
+from s3rs_assets.resources import S3Resource
+from s3rs_assets.watermark import FileEntry, LoadState, PartitionState, Position
+from s3rs_assets_tests.conftest import MYSQL_HOST, MYSQL_PORT
+from s3rs_assets_tests.helpers import insert_rows, list_keys, make_ties_table
+
+PREFIX = "s3rs"
+TODAY = datetime.now().replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+def day(n: int) -> datetime:
+    """Midnight `n` days before today (source clock = this host's, both UTC here)."""
+    return TODAY - timedelta(days=n)
+
+
+def key_of(d: datetime) -> str:
+    return d.strftime("%Y-%m-%d")
+
+
+# ------------------------------------------------------------------------------- stack
+
+
+@pytest.fixture(scope="session")
+def cli_tables_file(tmp_path_factory, mysql_db):
+    """One table list for every CLI/SSH/secrets test of the session (Dagster imports the
+    definitions module once per process, so the list must not change between tests)."""
+    path = tmp_path_factory.mktemp("cli") / "tables.yaml"
+    common = {"lag": "0s", "partition": "daily"}
+    entries = [
+        {"name": f"{mysql_db}.cli_orders", "start": key_of(day(2)), "chunk_rows": 25,
+         "parallelism": 2, **common},
+        {"name": f"{mysql_db}.cli_broken", "start": key_of(day(1)), **common},
+        {"name": f"{mysql_db}.cli_wm", "start": key_of(day(10)), **common},
+        {"name": f"{mysql_db}.cli_files", "start": key_of(day(10)), "primary_key": ["id"],
+         **common},
+        {"name": f"{mysql_db}.cli_other", "start": key_of(day(10)), **common},
+        {"name": f"{mysql_db}.cli_verify", "start": key_of(day(3)), **common},
+        {"name": f"{mysql_db}.ssh_orders", "start": key_of(day(2)), "chunk_rows": 20, **common},
+        {"name": f"{mysql_db}.secret_orders", "start": key_of(day(1)), "chunk_rows": 50,
+         **common},
+    ]
+    path.write_text(yaml.safe_dump({"tables": entries}, sort_keys=False))
+    return path
+
+
+@dataclass
+class Stack:
+    db: str
+    bucket: str
+    s3: object  # boto3 client
+    pg_url: str
+    home: object  # DAGSTER_HOME path
+
+    @property
+    def resource(self) -> S3Resource:
+        return S3Resource(bucket=self.bucket, prefix=PREFIX)
+
+    @property
+    def store(self):
+        return store_for(self.resource)
+
+    def name(self, table: str) -> str:
+        return f"{self.db}.{table}"
+
+    def etag(self, table: str) -> str | None:
+        try:
+            return self.s3.head_object(Bucket=self.bucket, Key=self.store.primary_key(
+                self.name(table)))["ETag"]
+        except Exception:  # noqa: BLE001
+            return None
+
+    def listing(self) -> dict[str, str]:
+        out = {}
+        for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket):
+            out.update({o["Key"]: o["ETag"] for o in page.get("Contents", [])})
+        return out
+
+
+def ensure_definitions(tables_file) -> None:
+    """Dagster loads `s3rs_assets.definitions` once per process: if another test module
+    imported it with another table list, rebuild it from ours."""
+    mod = sys.modules.get("s3rs_assets.definitions")
+    if mod is None:
+        return
+    names = {t.name for t in mod.load_tables()}
+    built = {
+        ".".join(k.path[:2])
+        for k in mod.defs.resolve_asset_graph().get_all_asset_keys()
+    }
+    if not names <= built:
+        importlib.reload(mod)
+
+
+@pytest.fixture
+def stack(monkeypatch, mysql_db, mysql_url, pg_url, bucket, s3_client, tmp_path,
+          cli_tables_file):
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    monkeypatch.setenv("S3RS_TABLES", str(cli_tables_file))
+    monkeypatch.setenv("S3RS_S3_BUCKET", bucket)
+    monkeypatch.setenv("S3RS_S3_PREFIX", PREFIX)
+    monkeypatch.setenv("S3RS_MYSQL_URL", mysql_url)
+    monkeypatch.setenv("S3RS_REDSHIFT_URL", pg_url)
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    for var in ("S3RS_LOG_FORMAT", "S3RS_SSH_HOST", "S3RS_SOURCE_TIMEZONE"):
+        monkeypatch.delenv(var, raising=False)
+    ensure_definitions(cli_tables_file)
+    return Stack(mysql_db, bucket, s3_client, pg_url, home)
+
+
+def invoke(*args: str, input: str | None = None):
+    return CliRunner().invoke(cli.main, list(args), input=input, catch_exceptions=False)
+
+
+def pg(stack: Stack):
+    return psycopg.connect(stack.pg_url.replace("postgres:@", "postgres@"), autocommit=True)
+
+
+def mysql(db: str):
+    return pymysql.connect(host=MYSQL_HOST, port=MYSQL_PORT, user="root", database=db,
+                           autocommit=True, charset="utf8mb4")
+
+
+# ------------------------------------------------------------------ seeded watermarks
+
+
+def _file(table: str, stack: Stack, partition: str, n: int, lo: datetime, hi: datetime,
+          put: bool = True) -> FileEntry:
+    key = f"{PREFIX}/data/{stack.db}/{table}/{partition}/part-{n}.parquet"
+    body = f"fake parquet {key}".encode()
+    if put:
+        stack.s3.put_object(Bucket=stack.bucket, Key=key, Body=body)
+    return FileEntry(key=key, rows=10 * n, bytes=len(body), md5="0" * 32, cursor_min=lo,
+                     cursor_max=hi)
+
+
+def seed(stack: Stack, table: str = "cli_wm", put: bool = True):
+    """Days 10..5 complete with two files each, day 4 partial; days 10..6 loaded."""
+    name = stack.name(table)
+
+    def change(rec):
+        for n in range(10, 3, -1):
+            d = day(n)
+            files = [
+                _file(table, stack, key_of(d), 1, d + timedelta(hours=1), d + timedelta(hours=6),
+                      put),
+                _file(table, stack, key_of(d), 2, d + timedelta(hours=13),
+                      d + timedelta(hours=20), put),
+            ]
+            complete = n > 4
+            rec.partitions[key_of(d)] = PartitionState(
+                status="complete" if complete else "partial", window_start=d,
+                window_end=d + timedelta(days=1), files=files if complete else files[:1],
+                cursor=Position(c=files[-1 if complete else 0].cursor_max, pk=[n * 100]),
+                run_id="seed-run",
+            )
+            if n > 5:
+                rec.loaded_partitions[key_of(d)] = LoadState(
+                    files=[f.key for f in files], rows=sum(f.rows for f in files))
+        rec.mysql_status = "success"
+        rec.redshift_status = "success"
+
+    return stack.store.update(name, change)
+
+
+# ------------------------------------------------------------------------- watermark get
+
+
+def test_get_without_watermark(stack):
+    name = stack.name("cli_wm")
+    result = invoke("watermark", "get", "-t", name)
+    assert result.exit_code == 0
+    assert f"No watermark for {name} yet: the first sync starts at {key_of(day(10))}" in (
+        result.output)
+    assert json.loads(invoke("watermark", "get", "-t", name, "--json").stdout) is None
+
+
+def test_get_shows_both_stages_partitions_files_and_next_start(stack):
+    seed(stack)
+    name = stack.name("cli_wm")
+    out = invoke("watermark", "get", "-t", name).output
+    assert f"Watermark for {name}" in out
+    assert "MySQL -> S3 backup stage" in out and "S3 -> Redshift load stage" in out
+    assert "rows extracted:       190" in out  # 6 complete x (10 + 20) + 10 partial
+    assert "S3 files:             13" in out
+    assert "files loaded:         10" in out
+    assert f"{key_of(day(4))}  partial " in out and f"{key_of(day(5))}  complete" in out
+    cursor = Position(c=day(4) + timedelta(hours=6), pk=[400])
+    assert f"Next sync starts from: partition {key_of(day(4))} at {cursor}" in out
+    assert ".parquet" not in out
+    files = invoke("watermark", "get", "-t", name, "--show-files").output
+    assert f"{stack.db}/cli_wm/{key_of(day(6))}/part-1.parquet  (10 rows, " in files
+    assert files.count("  loaded\n") + files.rstrip().endswith("loaded") >= 10
+    doc = json.loads(invoke("watermark", "get", "-t", name, "--json").stdout)
+    assert doc["table_name"] == name and doc["mysql_rows_extracted"] == 190
+    assert set(doc["partitions"]) == {key_of(day(n)) for n in range(4, 11)}
+
+
+# ------------------------------------------------------------------------- watermark set
+
+
+def test_set_marks_before_complete_cuts_the_partition_and_drops_later_ones(stack):
+    seed(stack)
+    name = stack.name("cli_wm")
+    ts = day(7) + timedelta(hours=12)
+    before = stack.etag("cli_wm")
+    result = invoke("watermark", "set", "-t", name, "--timestamp", f"{ts:%Y-%m-%d %H:%M:%S}",
+                    "--yes")
+    assert result.exit_code == 0, result.output
+    assert stack.etag("cli_wm") != before
+    out = result.output
+    assert "backup_strategy: dagster -> manual_cli" in out
+    assert f"manual_timestamp: - -> {ts:%Y-%m-%d %H:%M:%S}" in out
+    assert f"{key_of(day(5))}: complete, 30 rows in 2 files" in out
+    assert "-> absent (read again)" in out
+    assert f"saved: next sync starts from partition {key_of(day(7))} at " in out
+    rec = stack.store.read(name)
+    assert rec.backup_strategy == "manual_cli" and rec.manual_timestamp == ts
+    # before ts: complete; the seeded ones keep their files
+    for n in (10, 9, 8):
+        p = rec.partitions[key_of(day(n))]
+        assert p.status == "complete" and len(p.files) == 2
+    # the partition holding ts resumes at (ts, start), keeping only files wholly before ts
+    p = rec.partitions[key_of(day(7))]
+    assert p.status == "partial" and p.cursor == Position(c=ts, pk=None)
+    assert [f.key.rsplit("/", 1)[1] for f in p.files] == ["part-1.parquet"]
+    # later partitions are gone from the record: the next sync reads them again
+    assert not {key_of(day(n)) for n in range(0, 7)} & set(rec.partitions)
+    assert rec.mysql_rows_extracted == 3 * 30 + 10
+    # the load mirror is untouched (the ledger is the truth for it)
+    assert set(rec.loaded_partitions) == {key_of(day(n)) for n in range(6, 11)}
+    got = invoke("watermark", "get", "-t", name).output
+    assert f"Manual watermark: set by hand to {ts:%Y-%m-%d %H:%M:%S}" in got
+    assert f"Next sync starts from: partition {key_of(day(7))} at ({ts.isoformat()}" in got
+
+
+def test_set_on_a_new_table_fills_earlier_partitions_complete_without_files(stack):
+    name = stack.name("cli_other")
+    result = invoke("watermark", "set", "-t", name, "--timestamp", key_of(day(3)), "-y")
+    assert result.exit_code == 0, result.output
+    rec = stack.store.read(name)
+    assert [k for k, p in sorted(rec.partitions.items()) if p.status == "complete"] == [
+        key_of(day(n)) for n in range(10, 3, -1)]
+    assert all(not p.files for p in rec.partitions.values())
+    assert rec.partitions[key_of(day(3))].cursor == Position(c=day(3), pk=None)
+    assert len(rec.partitions) == 8
+
+
+@pytest.mark.parametrize(("text", "delta"), [("2d", timedelta(days=2)),
+                                             ("1week", timedelta(days=7)),
+                                             ("36h", timedelta(hours=36))])
+def test_set_relative_times(stack, text, delta):
+    name = stack.name("cli_other")
+    t0 = datetime.now()
+    assert invoke("watermark", "set", "-t", name, "--timestamp", text, "--yes").exit_code == 0
+    got = stack.store.read(name).manual_timestamp
+    assert abs((t0 - delta) - got) < timedelta(seconds=30)
+
+
+def test_relative_month_is_a_calendar_month():
+    assert cli.parse_relative("1month", datetime(2025, 3, 31, 8), "t") == datetime(2025, 2, 28, 8)
+    assert cli.parse_relative("2months", datetime(2025, 1, 15), "t") == datetime(2024, 11, 15)
+    assert cli.parse_age("1week", "--older-than") == timedelta(days=7)
+
+
+def test_set_asks_before_writing_and_dry_run_writes_nothing(stack):
+    seed(stack)
+    name = stack.name("cli_wm")
+    etag, listing = stack.etag("cli_wm"), stack.listing()
+    ts = f"{day(5):%Y-%m-%d} 00:00:00"
+    dry = invoke("watermark", "set", "-t", name, "--timestamp", ts, "--dry-run")
+    assert dry.exit_code == 0 and "dry run: nothing written." in dry.output
+    assert "next sync starts from: partition" in dry.output and " -> " in dry.output
+    declined = invoke("watermark", "set", "-t", name, "--timestamp", ts, input="n\n")
+    assert declined.exit_code == 1 and "Aborted" in declined.output
+    no_tty = invoke("watermark", "set", "-t", name, "--timestamp", ts)  # EOF: not confirmed
+    assert no_tty.exit_code == 1
+    assert stack.etag("cli_wm") == etag and stack.listing() == listing
+    accepted = invoke("watermark", "set", "-t", name, "--timestamp", ts, input="y\n")
+    assert accepted.exit_code == 0 and "Apply this change?" in accepted.output
+    assert stack.store.read(name).manual_timestamp == day(5)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("2024-02-30", "invalid timestamp '2024-02-30': day is out of range for month"),
+        ("2024-02-30 10:00:00", "day is out of range for month"),
+        ("2025-13-01", "invalid timestamp '2025-13-01'"),
+        ("banana", "invalid timestamp 'banana': expected 'YYYY-MM-DD HH:MM:SS[.ffffff]'"),
+        ("2999-01-01 00:00:00", "is in the future of the source clock"),
+        ("3 fortnights", "unknown unit 'fortnights'"),
+        ("1month", "is before"),  # before the table's first partition (start = 10 days ago)
+    ],
+)
+def test_invalid_timestamps_change_nothing(stack, text, message):
+    seed(stack)
+    etag, listing = stack.etag("cli_wm"), stack.listing()
+    result = invoke("watermark", "set", "-t", stack.name("cli_wm"), "--timestamp", text, "--yes")
+    assert result.exit_code == 2, result.output
+    assert message in result.output and "error:" in result.output
+    assert stack.etag("cli_wm") == etag and stack.listing() == listing
+
+
+def test_set_refuses_when_the_record_moved_since_it_was_shown(stack, monkeypatch):
+    seed(stack)
+    name = stack.name("cli_wm")
+
+    def concurrent_run(*_a, **_k):  # a run checkpoints while the operator reads the diff
+        def checkpoint(rec):
+            rec.partitions[key_of(day(4))].cursor = Position(c=day(4) + timedelta(hours=7),
+                                                             pk=[1])
+        stack.store.update(name, checkpoint)
+        return True
+
+    monkeypatch.setattr(cli.click, "confirm", concurrent_run)
+    result = invoke("watermark", "set", "-t", name, "--timestamp", key_of(day(6)))
+    assert result.exit_code == 2
+    assert "changed since it was shown" in result.output
+    rec = stack.store.read(name)
+    assert rec.backup_strategy != "manual_cli"  # the run's progress was not overwritten
+    assert rec.partitions[key_of(day(4))].cursor.c == day(4) + timedelta(hours=7)
+
+
+# ----------------------------------------------------------------------- watermark reset
+
+
+def test_reset_variants(stack):
+    seed(stack)
+    name = stack.name("cli_wm")
+    primary = stack.store.primary_key(name)
+    r = invoke("watermark", "reset", "-t", name, "--mysql-only", "--yes")
+    assert r.exit_code == 0, r.output
+    assert f"read again from {key_of(day(10))}" in r.output
+    assert "s3_file_count: 13 -> 0" in r.output
+    rec = stack.store.read(name)
+    assert rec.partitions == {} and rec.mysql_rows_extracted == 0
+    assert len(rec.loaded_partitions) == 5 and rec.mysql_status == "pending"
+    assert f"Next sync starts from: partition {key_of(day(10))} at ({key_of(day(10))} " in (
+        invoke("watermark", "get", "-t", name).output)
+
+    r = invoke("watermark", "reset", "-t", name, "--redshift-only", "--yes")
+    assert r.exit_code == 0
+    assert "stays the truth" in r.output and "s3rs_load_ledger" in r.output
+    assert "load mirror: 10 files -> 0 files" in r.output
+    rec = stack.store.read(name)
+    assert rec.loaded_partitions == {} and rec.redshift_status == "pending"
+    # the primary is rewritten, never deleted (recovery would bring the old one back)
+    assert stack.s3.head_object(Bucket=stack.bucket, Key=primary)
+
+    seed(stack)
+    r = invoke("watermark", "reset", "-t", name, "--yes")
+    assert r.exit_code == 0 and "both stages" in r.output
+    rec = stack.store.read(name)
+    assert rec.partitions == {} and rec.loaded_partitions == {}
+    again = invoke("watermark", "reset", "-t", name, "--yes")
+    assert again.exit_code == 0 and "nothing to change." in again.output
+
+
+def test_reset_of_a_table_without_watermark_writes_nothing(stack):
+    listing = stack.listing()
+    r = invoke("watermark", "reset", "-t", stack.name("cli_other"), "--yes")
+    assert r.exit_code == 0 and "nothing to change: " in r.output
+    assert "has no watermark yet" in r.output
+    assert stack.listing() == listing
+
+
+def test_reset_dry_run_and_declined(stack):
+    seed(stack)
+    etag = stack.etag("cli_wm")
+    r = invoke("watermark", "reset", "-t", stack.name("cli_wm"), "--dry-run")
+    assert r.exit_code == 0 and "dry run: nothing written." in r.output
+    r = invoke("watermark", "reset", "-t", stack.name("cli_wm"), input="no\n")
+    assert r.exit_code == 1
+    assert stack.etag("cli_wm") == etag
+
+
+# ------------------------------------------------------------------------ watermark list
+
+
+def test_list_text_and_json(stack):
+    seed(stack)
+    invoke("watermark", "set", "-t", stack.name("cli_other"), "--timestamp", "3d", "--yes")
+    stack.store.update("elsewhere.stray", lambda rec: None)  # a watermark nobody configures
+    out = invoke("watermark", "list").output
+    lines = {line.split()[0]: line for line in out.splitlines()[1:]}
+    assert out.splitlines()[0].split()[:3] == ["TABLE", "BACKUP", "LOAD"]
+    wm = lines[stack.name("cli_wm")]
+    assert "success" in wm and "190" in wm and f"{key_of(day(4))} 06:00:00" in wm
+    assert "(manual)" in lines[stack.name("cli_other")]
+    assert "never" in lines[stack.name("cli_orders")]
+    assert "not in tables.yaml" in lines["elsewhere.stray"]
+    rows = {r["table"]: r for r in json.loads(invoke("watermark", "list", "--json").stdout)}
+    w = rows[stack.name("cli_wm")]
+    assert w["mysql_status"] == "success" and w["rows_extracted"] == 190
+    assert w["next_partition"] == key_of(day(4))
+    assert 4 * 86400 - 6 * 3600 - 600 < w["lag_seconds"] < 5 * 86400
+    assert 0 <= w["age_seconds"] < 600
+    assert rows[stack.name("cli_other")]["backup_strategy"] == "manual_cli"
+    assert rows[stack.name("cli_orders")]["has_watermark"] is False
+    assert rows["elsewhere.stray"]["configured"] is False
+
+
+# ------------------------------------------------------- watermark backup status/cleanup
+
+
+def test_backup_status_and_cleanup(stack):
+    seed(stack)
+    name = stack.name("cli_wm")
+    out = invoke("watermark", "backup-status", "-t", name).output
+    assert f"Watermark copies of {name}  (healthy)" in out
+    assert "primary  valid" in out and "daily    valid" in out and "same as primary" in out
+    doc = json.loads(invoke("watermark", "backup-status", "-t", name, "--json").stdout)
+    assert doc["healthy"] and doc["primary"]["valid"] and doc["session"]["count"] >= 1
+    primary = stack.store.primary_key(name)
+    dry = invoke("watermark", "cleanup-backups", "--days-to-keep", "0", "--dry-run", "--json")
+    report = json.loads(dry.stdout)
+    assert report["dry_run"] and report["keys"] and primary not in report["keys"]
+    listing = stack.listing()
+    assert all(k in listing for k in report["keys"])
+    real = invoke("watermark", "cleanup-backups", "--days-to-keep", "0")
+    assert real.exit_code == 0 and "deleted" in real.output
+    after = stack.listing()
+    assert primary in after
+    assert not any(k in after for k in report["keys"])
+    assert stack.store.read(name).mysql_rows_extracted == 190
+    bad = invoke("watermark", "cleanup-backups", "--days-to-keep", "-1")
+    assert bad.exit_code == 2
+
+
+# ------------------------------------------------------------ invalid input, everywhere
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["watermark", "get", "-t", "{db}.nope"],
+        ["watermark", "set", "-t", "{db}.nope", "--timestamp", "1d", "--yes"],
+        ["watermark", "reset", "-t", "{db}.nope", "--yes"],
+        ["watermark", "backup-status", "-t", "{db}.nope"],
+        ["sync", "-t", "{db}.nope"],
+        ["sync", "-t", "{db}.cli_orders", "-t", "{db}.nope"],
+        ["s3clean", "list", "-t", "{db}.nope"],
+        ["s3clean", "clean", "-t", "{db}.nope", "--force"],
+        ["verify", "-t", "{db}.nope"],
+    ],
+)
+def test_unknown_table_changes_nothing(stack, args):
+    seed(stack)
+    listing = stack.listing()
+    result = invoke(*[a.format(db=stack.db) for a in args])
+    assert result.exit_code == 2
+    assert f"unknown table '{stack.db}.nope'" in result.output
+    assert "Traceback" not in result.output
+    assert stack.listing() == listing
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["sync", "-t", "{db}.cli_orders", "--backup-only", "--redshift-only"],
+         "--backup-only and --redshift-only exclude each other"),
+        (["sync", "--all", "-t", "{db}.cli_orders"], "give either --all or -t/--table"),
+        (["sync"], "name a table with -t"),
+        (["sync", "-t", "{db}.cli_orders", "--redshift-only", "--limit", "5"],
+         "--limit applies to the backup stage"),
+        (["sync", "-t", "{db}.cli_orders", "--limit", "0"], "0 is not in the range x>=1"),
+        (["watermark", "reset", "-t", "{db}.cli_wm", "--mysql-only", "--redshift-only"],
+         "--mysql-only and --redshift-only exclude each other"),
+        (["watermark", "set", "-t", "{db}.cli_wm"], "Missing option '--timestamp'"),
+        (["s3clean", "clean", "-t", "{db}.cli_files", "--older-than", "banana"],
+         "invalid --older-than 'banana'"),
+        (["s3clean", "clean-all", "--older-than", "7 parsecs"], "unknown unit 'parsecs'"),
+        (["s3clean", "clean-all"], "Missing option '--older-than'"),
+        (["verify", "-t", "{db}.cli_verify", "--from", "1999-01-01"],
+         "--from '1999-01-01' is not a partition"),
+        (["watermark", "get", "-t", "not-a-table"], "invalid table 'not-a-table'"),
+        (["watermark", "get", "-t", "a.b;drop"], "invalid table name"),
+    ],
+)
+def test_bad_flags_change_nothing(stack, args, message):
+    seed(stack)
+    seed(stack, "cli_files")
+    listing = stack.listing()
+    result = invoke(*[a.format(db=stack.db) for a in args])
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert stack.listing() == listing
+
+
+def test_unreachable_mysql_is_a_clear_error(stack, monkeypatch):
+    seed(stack)
+    etag = stack.etag("cli_wm")
+    monkeypatch.setenv("S3RS_MYSQL_URL", f"mysql://root:pw@127.0.0.1:1/{stack.db}")
+    result = invoke("watermark", "set", "-t", stack.name("cli_wm"), "--timestamp", "1d", "-y")
+    assert result.exit_code == 2
+    assert "cannot connect to MySQL at mysql://root:***@127.0.0.1:1/" in result.output
+    assert stack.etag("cli_wm") == etag
+
+
+# -------------------------------------------------------------------------------- s3clean
+
+
+def _ledger(stack: Stack, table: str, keys: list[str]) -> None:
+    from s3rs_assets.load import LEDGER_COLUMNS, create_ledger_sql, ledger_insert_sql
+
+    schema = stack.db
+    with pg(stack) as c:
+        c.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+        c.execute(create_ledger_sql(schema))
+        c.execute(f'DELETE FROM "{schema}".s3rs_load_ledger WHERE table_name = %s', (table,))
+        for k in keys:
+            row = dict.fromkeys(LEDGER_COLUMNS)
+            row.update(table_name=table, file_key=k, file_md5="0" * 32, partition_key="p",
+                       source_name=f"{schema}.{table}", row_count=10, byte_count=1,
+                       load_id="t", loaded_at=datetime.now())
+            c.execute(ledger_insert_sql(schema, 1), [row[col] for col in LEDGER_COLUMNS])
+
+
+@pytest.fixture
+def files(stack):
+    """cli_files: 13 files in manifests, 9 of them loaded per the ledger (the watermark's
+    mirror claims 10), and 2 orphans in S3 that no manifest lists."""
+    rec = seed(stack, "cli_files")
+    keys = sorted(f.key for p in rec.partitions.values() for f in p.files)
+    loaded = sorted(rec.processed_s3_files)
+    extra = f"{PREFIX}/data/{stack.db}/cli_files/{key_of(day(4))}/part-orphan.parquet"
+    stack.s3.put_object(Bucket=stack.bucket, Key=extra, Body=b"orphan")
+    in_s3 = set(list_keys(stack.s3, stack.bucket, f"{PREFIX}/data/{stack.db}/cli_files/"))
+    _ledger(stack, "cli_files", loaded[1:])
+    out = {"loaded": loaded[1:], "unloaded": sorted(set(keys) - set(loaded[1:])),
+           "orphans": sorted(in_s3 - set(keys)), "mirror": loaded}
+    assert (len(out["loaded"]), len(out["unloaded"]), len(out["orphans"])) == (9, 4, 2)
+    return out
+
+
+def test_s3clean_list(stack, files):
+    out = invoke("s3clean", "list", "-t", stack.name("cli_files")).output
+    assert f"{stack.name('cli_files')}: 15 file(s)" in out
+    assert "load state from warehouse load ledger (postgresql://postgres:***@" in out
+    assert "9 loaded, 4 unloaded, 2 orphan" in out
+    doc = json.loads(invoke("s3clean", "list", "-t", stack.name("cli_files"), "--json").stdout)
+    states = {f["key"]: f["state"] for f in doc["files"]}
+    assert {k for k, s in states.items() if s == "orphan"} == set(files["orphans"])
+    assert {k for k, s in states.items() if s == "loaded"} == set(files["loaded"])
+    assert not any("/watermarks/" in k for k in states)
+
+
+def test_s3clean_clean_keeps_unloaded_force_deletes_them_dry_run_deletes_nothing(stack, files):
+    name = stack.name("cli_files")
+    wm = {k: v for k, v in stack.listing().items() if "/watermarks/" in k}
+    assert wm
+    before = stack.listing()
+    young = invoke("s3clean", "clean", "-t", name, "--older-than", "7d")
+    assert young.exit_code == 0 and "deleted 0 file(s) older than 7d" in young.output
+    dry = invoke("s3clean", "clean", "-t", name, "--dry-run")
+    assert dry.exit_code == 0 and "would delete 9 file(s)" in dry.output
+    assert "kept 6 not yet loaded" in dry.output
+    assert stack.listing() == before
+
+    real = invoke("s3clean", "clean", "-t", name, "--older-than", "0s", "--json")
+    assert real.exit_code == 0
+    report = json.loads(real.stdout)
+    assert sorted(report["deleted"]) == files["loaded"]
+    assert set(report["kept_unloaded"]) == set(files["unloaded"]) | set(files["orphans"])
+    after = stack.listing()
+    assert not set(files["loaded"]) & set(after)
+    assert set(files["unloaded"]) | set(files["orphans"]) <= set(after)
+    # manifests still list the deleted files as loaded history
+    assert stack.store.read(name).s3_file_count == 13
+
+    forced = invoke("s3clean", "clean", "-t", name, "--force")
+    assert forced.exit_code == 0
+    assert "deleted 6 file(s)" in forced.output
+    assert "WARNING: 4 were in a partition manifest but not loaded" in forced.output
+    left = stack.listing()
+    assert not [k for k in left if "/data/" in k and "cli_files" in k]
+    assert {k: v for k, v in left.items() if "/watermarks/" in k}.keys() >= wm.keys()
+
+
+def test_s3clean_falls_back_to_the_mirror_when_the_warehouse_is_down(stack, files,
+                                                                    monkeypatch):
+    monkeypatch.setenv("S3RS_REDSHIFT_URL", "postgresql://postgres:pw@127.0.0.1:1/nowhere")
+    dry = invoke("s3clean", "clean", "-t", stack.name("cli_files"), "--dry-run")
+    assert dry.exit_code == 0
+    assert "watermark load mirror (warehouse unreachable: cannot connect to the warehouse" in (
+        dry.output)
+    assert "postgres:***@127.0.0.1:1" in dry.output and ":pw@" not in dry.output
+    assert "would delete 10 file(s)" in dry.output  # the mirror claims one file more
+
+
+def test_s3clean_clean_all(stack, files):
+    seed(stack, "cli_wm")
+    _ledger(stack, "cli_wm", [])
+    dry = invoke("s3clean", "clean-all", "--older-than", "0d", "--dry-run", "--json")
+    assert dry.exit_code == 0
+    by_table = {r["table"]: r for r in json.loads(dry.stdout)}
+    assert len(by_table[stack.name("cli_files")]["would_delete"]) == 9
+    assert by_table[stack.name("cli_wm")]["would_delete"] == []
+    assert len(by_table[stack.name("cli_wm")]["kept_unloaded"]) == 14
+    real = invoke("s3clean", "clean-all", "--older-than", "0d")
+    assert real.exit_code == 0
+    assert f"{stack.name('cli_wm')}: deleted 0 file(s)" in real.output
+    assert f"{stack.name('cli_files')}: deleted 9 file(s)" in real.output
+
+
+# ------------------------------------------------------------------------ tables discover
+
+
+@pytest.fixture
+def disc_schema(mysql_db):
+    name = f"{mysql_db}_disc"
+    with mysql(mysql_db) as conn, conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+        cur.execute(f"CREATE DATABASE `{name}`")
+        cur.execute(f"USE `{name}`")
+        cur.execute("CREATE TABLE orders (id BIGINT PRIMARY KEY, created_at DATETIME, "
+                    "updated_at DATETIME(6) NOT NULL, modified_at DATETIME, KEY (updated_at))")
+        cur.execute("CREATE TABLE order_lines (order_id INT, line INT, modified_at TIMESTAMP NULL, "
+                    "PRIMARY KEY (order_id, line))")
+        cur.execute("CREATE TABLE audit (msg TEXT, update_time DATETIME)")
+        cur.execute("CREATE TABLE events (id INT PRIMARY KEY, created_at DATETIME)")
+        cur.execute("CREATE TABLE shapes (id INT PRIMARY KEY, g GEOMETRY, update_at DATETIME)")
+        cur.execute("CREATE VIEW recent AS SELECT * FROM orders")
+    yield name
+    with mysql(mysql_db) as conn, conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+
+
+def test_tables_discover(stack, disc_schema):
+    result = invoke("tables", "discover", "--schema", disc_schema)
+    assert result.exit_code == 0, result.output
+    doc = yaml.safe_load(result.output)
+    entries = {e["name"]: e for e in doc["tables"]}
+    assert set(entries) == {f"{disc_schema}.orders", f"{disc_schema}.order_lines"}
+    assert entries[f"{disc_schema}.orders"]["cursor"] == "updated_at"  # indexed wins
+    assert entries[f"{disc_schema}.orders"]["primary_key"] == ["id"]
+    assert entries[f"{disc_schema}.order_lines"]["primary_key"] == ["order_id", "line"]
+    for e in doc["tables"]:
+        TableConfig.from_dict(e)  # a ready stanza
+    out = result.output
+    assert "# other candidate cursors: modified_at" in out
+    assert "modified_at has no index" in out and "modified_at is nullable" in out
+    assert f"#   {disc_schema}.audit: no primary key" in out
+    assert (f"#   {disc_schema}.events: no DATETIME/TIMESTAMP column named like updated_at "
+            "(date/time columns: created_at)") in out
+    assert f"#   {disc_schema}.shapes: column type(s) s3rs cannot carry: g (geometry)" in out
+    assert f"#   {disc_schema}.recent: a view, not a table" in out
+
+
+def test_tables_discover_unknown_schema(stack):
+    result = invoke("tables", "discover", "--schema", "no_such_schema_xyz")
+    assert result.exit_code == 2
+    assert "schema 'no_such_schema_xyz' does not exist" in result.output
+    bad = invoke("tables", "discover", "--schema", "x`; drop")
+    assert bad.exit_code == 2 and "invalid schema" in bad.output
+
+
+# --------------------------------------------------------------------------------- verify
+
+
+@pytest.fixture
+def verify_table(stack):
+    from s3rs_assets.load import ensure_target
+    from s3rs_assets.load_stage import load_target
+    from s3rs_assets.resources import MySQLResource
+    from s3rs_assets.warehouse import WarehouseResource
+
+    rows = [(i, day(2) + timedelta(hours=i % 20)) for i in range(1, 41)]
+    rows += [(i, day(1) + timedelta(minutes=i)) for i in range(41, 61)]
+    with mysql(stack.db) as conn:
+        make_ties_table(conn, "cli_verify", rows)
+    cfg = next(t for t in cli.load_tables() if t.name == stack.name("cli_verify"))
+    target = load_target(cfg, MySQLResource(url=f"mysql://root:@{MYSQL_HOST}:{MYSQL_PORT}/"
+                                                f"{stack.db}"))
+    ensure_target(WarehouseResource(url=stack.pg_url), target)
+    with pg(stack) as c:
+        c.execute(f'TRUNCATE "{stack.db}"."cli_verify"')
+        with c.cursor() as cur:
+            cur.executemany(
+                f'INSERT INTO "{stack.db}"."cli_verify" (id, update_at, amount, note) '
+                "VALUES (%s, %s, %s, %s)",
+                [(i, ts, f"{i}.0001", f"row {i} ✓") for i, ts in rows],
+            )
+    return rows
+
+
+def test_verify_match_and_mismatch(stack, verify_table):
+    name = stack.name("cli_verify")
+    ok = invoke("verify", "-t", name)
+    assert ok.exit_code == 0, ok.output
+    assert f"{name} (MySQL) vs {stack.db}.cli_verify (postgres)" in ok.output
+    assert f"{key_of(day(2))}" in ok.output and "40  ok" in ok.output.replace(",", "")
+    assert "all match" in ok.output and "empty on both sides not shown" in ok.output
+    with pg(stack) as c:
+        c.execute(f'DELETE FROM "{stack.db}"."cli_verify" WHERE id = 41')
+        c.execute(f'UPDATE "{stack.db}"."cli_verify" SET update_at = update_at + interval '
+                  "'1 second' WHERE id = 1")
+    bad = invoke("verify", "-t", name)
+    assert bad.exit_code == 1
+    assert f"{key_of(day(1))}" in bad.output and "MISMATCH: rows differ" in bad.output
+    assert "MISMATCH: checksum of (key, cursor) differs" in bad.output
+    assert "2 MISMATCH" in bad.output
+    doc = json.loads(invoke("verify", "-t", name, "--json").stdout)
+    assert doc["ok"] is False
+    parts = {p["partition"]: p for p in doc["partitions"]}
+    assert parts[key_of(day(1))]["warehouse_rows"] == 19
+    assert parts[key_of(day(2))]["checksum_match"] is False
+    ranged = invoke("verify", "-t", name, "--from", key_of(day(3)), "--to", key_of(day(3)))
+    assert ranged.exit_code == 0 and "1 partition(s) compared" in ranged.output
+
+
+def test_verify_without_warehouse_is_a_clear_error(stack, verify_table, monkeypatch):
+    monkeypatch.delenv("S3RS_REDSHIFT_URL")
+    r = invoke("verify", "-t", stack.name("cli_verify"))
+    assert r.exit_code == 2 and "S3RS_REDSHIFT_URL is not set" in r.output
+
+
+# ----------------------------------------------------------------------------------- sync
+
+
+@pytest.fixture
+def orders(stack):
+    from s3rs_assets.load import create_ledger_sql
+
+    rows = [(i, day(2) + timedelta(hours=3, microseconds=i % 3)) for i in range(1, 31)]
+    rows += [(i, day(1) + timedelta(hours=5)) for i in range(31, 51)]  # 20 rows, one stamp
+    rows += [(i, datetime.now() - timedelta(minutes=30)) for i in range(51, 61)]
+    with mysql(stack.db) as conn:
+        make_ties_table(conn, "cli_orders", rows)
+        with conn.cursor() as cur:
+            cur.execute("DROP TABLE IF EXISTS cli_broken")
+    with pg(stack) as c:
+        c.execute(f'DROP TABLE IF EXISTS "{stack.db}"."cli_orders"')
+        c.execute(f'CREATE SCHEMA IF NOT EXISTS "{stack.db}"')
+        c.execute(create_ledger_sql(stack.db))
+        c.execute(f'DELETE FROM "{stack.db}".s3rs_load_ledger WHERE table_name = %s',
+                  ("cli_orders",))
+    return rows
+
+
+def _json_lines(text: str) -> list[dict]:
+    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
+def test_sync_both_stages_failed_table_named_others_run(stack, orders):
+    name, broken = stack.name("cli_orders"), stack.name("cli_broken")
+    r = invoke("--log-format", "json", "sync", "-t", broken, "-t", name)
+    assert r.exit_code == 1, r.output
+    assert f"{name}: backup + load, partitions {key_of(day(2))} .. {key_of(day(0))}" in r.stdout
+    assert f"{name}: run " in r.stdout and "succeeded" in r.stdout
+    assert f"{broken}: run " in r.stderr and "FAILED" in r.stderr
+    assert "does not exist in MySQL" in r.stderr  # the reason, not a traceback
+    assert f"failed: {broken}" in r.stderr and name not in r.stderr.split("failed:")[-1]
+    events = _json_lines(r.stderr)
+    progress = [e for e in events if e["event"] == "progress" and e["table"] == name]
+    assert progress and progress[-1]["rows"] == 60
+    assert {"partition", "rows_per_second", "seconds", "run_id"} <= set(progress[-1])
+    if cli.console_silenced():  # with runner support, every log line is JSON
+        assert all(line.startswith("{") or line.startswith(("error", " ", broken))
+                   for line in r.stderr.splitlines() if line.strip())
+        assert any(e["event"] == "step_start" for e in events)
+    # the watermark and the warehouse
+    rec = stack.store.read(name)
+    assert rec.mysql_rows_extracted == 60 and rec.redshift_rows_loaded == 60
+    assert rec.partitions[key_of(day(2))].status == "complete"
+    assert rec.partitions[key_of(day(0))].status == "partial"
+    assert invoke("verify", "-t", name).exit_code == 0
+    # the runs are in the Dagster instance the UI reads
+    import dagster as dg
+    with dg.DagsterInstance.from_config(str(stack.home)) as inst:
+        runs = inst.get_runs()
+        assert {r.tags.get("s3rs/table") for r in runs} == {name, broken}
+
+
+def test_sync_backup_only_limit_progress_then_redshift_only(stack, orders):
+    name = stack.name("cli_orders")
+    r = invoke("sync", "-t", name, "--backup-only", "--limit", "25", "--progress")
+    assert r.exit_code == 0, r.output
+    assert f"{name}: backup, partitions {key_of(day(2))} .. {key_of(day(0))}" in r.stdout
+    assert "\r\x1b[2K" in r.stderr and "rows/s" in r.stderr  # the live line
+    rec = stack.store.read(name)
+    assert rec.mysql_rows_extracted == 25 and rec.redshift_rows_loaded == 0
+    assert rec.partitions[key_of(day(2))].status == "partial"
+
+    r = invoke("sync", "-t", name, "--backup-only")
+    assert r.exit_code == 0, r.output
+    assert "progress" not in r.stderr or "rows/s" in r.stderr  # plain lines, not a TTY
+    rec = stack.store.read(name)
+    assert rec.mysql_rows_extracted == 60
+
+    # staged loading: the load stage alone picks up everything extracted so far
+    r = invoke("sync", "-t", name, "--redshift-only")
+    assert r.exit_code == 0, r.output
+    assert f"{name}: load, partitions {key_of(day(2))} .. {key_of(day(0))}" in r.stdout
+    rec = stack.store.read(name)
+    assert rec.redshift_rows_loaded == 60
+    assert invoke("verify", "-t", name).exit_code == 0
+
+    # catch-up from a date: set, then sync; earlier complete partitions are not re-read
+    with mysql(stack.db) as conn:
+        insert_rows(conn, "cli_orders", [(61, day(1) + timedelta(hours=9)),
+                                         (62, datetime.now() - timedelta(minutes=5))])
+    day2 = rec.partitions[key_of(day(2))].model_copy()
+    ts = f"{day(1) + timedelta(hours=6):%Y-%m-%d %H:%M:%S}"
+    assert invoke("watermark", "set", "-t", name, "--timestamp", ts, "--yes").exit_code == 0
+    r = invoke("sync", "-t", name)
+    assert r.exit_code == 0, r.output
+    assert f"partitions {key_of(day(1))} .. {key_of(day(0))}" in r.stdout
+    rec = stack.store.read(name)
+    assert rec.partitions[key_of(day(2))].files == day2.files  # not recomputed
+    assert rec.backup_strategy == "manual_cli"  # the manual setting stays visible
+    part = rec.partitions[key_of(day(1))]
+    assert part.cursor.c >= day(1) + timedelta(hours=9) and part.status == "complete"
+    assert invoke("verify", "-t", name).exit_code == 0
+    assert json.loads(invoke("watermark", "get", "-t", name, "--json").stdout)[
+        "mysql_status"] == "success"
+
+
+def test_plan_runs_gives_the_load_backlog_its_own_run(stack):
+    from s3rs_assets import runner
+
+    cfg = next(t for t in cli.load_tables() if t.name == stack.name("cli_wm"))
+    rec = seed(stack)  # days 10..5 complete, day 4 partial; days 10..6 loaded
+    assert [(p.stages, p.start, p.end) for p in cli.plan_runs(runner, cfg, rec, (
+        "backup", "load"))] == [
+        (("load",), key_of(day(5)), key_of(day(5))),
+        (("backup", "load"), key_of(day(4)), key_of(day(0))),
+    ]
+    rec.loaded_partitions[key_of(day(5))] = LoadState(
+        files=[f.key for f in rec.partitions[key_of(day(5))].files])
+    plans = cli.plan_runs(runner, cfg, rec, ("backup", "load"))
+    assert [(p.stages, p.start, p.end) for p in plans] == [
+        (("backup", "load"), key_of(day(4)), key_of(day(0)))]
+    rec.loaded_partitions.pop(key_of(day(8)))
+    plans = cli.plan_runs(runner, cfg, rec, ("backup", "load"))
+    assert [(p.stages, p.start, p.end) for p in plans] == [
+        (("load",), key_of(day(8)), key_of(day(5))),
+        (("backup", "load"), key_of(day(4)), key_of(day(0))),
+    ]
+    assert [p.start for p in cli.plan_runs(runner, cfg, rec, ("load",))] == [key_of(day(8))]
+
+
+def test_sync_all_runs_every_table_and_names_failures(stack, monkeypatch):
+    # Without DAGSTER_HOME nothing starts at all: a clear error, not a traceback.
+    monkeypatch.delenv("DAGSTER_HOME")
+    r = invoke("sync", "--all", "--backup-only")
+    assert r.exit_code == 2 and "DAGSTER_HOME is not set" in r.output
+
+
+def test_list_keys_helper_sanity(stack):
+    # guards the helper the other tests rely on to prove "nothing changed"
+    stack.s3.put_object(Bucket=stack.bucket, Key="x/y", Body=b"1")
+    assert "x/y" in stack.listing() and list_keys(stack.s3, stack.bucket, "x/") == ["x/y"]
