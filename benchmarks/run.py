@@ -648,6 +648,17 @@ def ensure_pg(pg: DatabaseURL) -> None:
         conn.execute(f'CREATE SCHEMA "{SCHEMA}"')
 
 
+def pg_checkpoint(pg: DatabaseURL) -> bool:
+    """CHECKPOINT before a timed load, so no load pays for the previous one's dirty pages
+    and WAL (best effort: needs superuser or pg_checkpoint)."""
+    try:
+        with pg_connect(pg, SCHEMA) as conn:
+            conn.execute("CHECKPOINT")
+        return True
+    except Exception:
+        return False
+
+
 def drop_pg(pg: DatabaseURL) -> None:
     with pg_connect(pg, SCHEMA) as conn:
         conn.execute(f'DROP SCHEMA IF EXISTS "{SCHEMA}" CASCADE')
@@ -1166,10 +1177,17 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
                     try:
                         say("==> load floor: mariadb --batch | sed > TSV, psql \\copy")
                         dump = dump_tsv(mysql, table, tmpdir / f"{table}.tsv")
+                        checkpointed = pg_checkpoint(pg)
                         pcopy = psql_copy(pg, mysql, table, tmpdir / f"{table}.tsv")
                     finally:
                         shutil.rmtree(tmpdir, ignore_errors=True)
                     report["load_floor"] = {"dump": dump, "psql_copy": pcopy}
+                    if not checkpointed:
+                        notes.append(
+                            "could not CHECKPOINT PostgreSQL before the loads "
+                            "(not superuser): load timings may include each "
+                            "other's checkpoints"
+                        )
                     if pcopy["rows_in_target"] != args.rows:
                         notes.append(f"psql \\copy loaded {pcopy['rows_in_target']} rows")
                     say(
@@ -1177,11 +1195,13 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
                         f"\\copy {pcopy['seconds']:.1f} s"
                     )
                     say("==> load baseline: psycopg COPY of the parquet files (Arrow -> CSV)")
+                    pg_checkpoint(pg)
                     with mem.measure("baseline"):
                         base = baseline_copy(pg, mysql, table, backup)
                     report["load_baseline"] = base
                     say(f"    {base['seconds']:.1f} s")
                     say("==> load: s3rs load_files (COPY + merge + ledger) into an empty target")
+                    pg_checkpoint(pg)
                     with mem.measure("load"):
                         ld = run_load(pg, mysql, table, backup, profile=args.profile_load)
                     report["load"] = ld

@@ -19,7 +19,6 @@ setting, and later runs only move the cursors forward from where `set` put them.
 from __future__ import annotations
 
 import calendar
-import inspect
 import json
 import logging
 import os
@@ -314,7 +313,7 @@ def sync(
     failed = []
     for table in tables:
         try:
-            plans = plan_runs(runner, table, store.read(table.name), stages)
+            plans = runner.plan_runs(table, store.read(table.name), stages)
         except Exception as e:  # noqa: BLE001 - this table fails, the others still run
             failed.append(table.name)
             echo(f"{table.name}: cannot plan the sync: {e}", err=True, fg="red")
@@ -347,47 +346,11 @@ def sync(
         sys.exit(1)
 
 
-def plan_runs(
-    runner: Any, table: TableConfig, record: WatermarkRecord | None, stages: tuple[str, ...]
-) -> list[Any]:
-    """The runs of one table's sync.
-
-    A backup run re-reads (recomputes) every *complete* partition in its range, so a range
-    must never reach back past the first incomplete backup partition only because the
-    load stage lags there (after `sync --backup-only`, or partitions `watermark set`
-    marked complete): that would read again windows the operator declared done. When the
-    load starts earlier, its backlog gets its own load-only run first.
-    """
-    from s3rs_assets.partitions import partition_keys
-
-    plan = runner.plan_sync(table, record, stages)
-    if stages != ("backup", "load"):
-        return [plan]
-    keys = partition_keys(table)
-    backup = keys.index(runner.first_incomplete(table, record, "backup"))
-    load = keys.index(runner.first_incomplete(table, record, "load"))
-    if load >= backup:
-        return [plan]
-    return [
-        runner.SyncPlan(table, ("load",), keys[load], keys[backup - 1]),
-        runner.SyncPlan(table, stages, keys[backup], plan.end),
-    ]
-
-
 def _execute(runner: Any, plan: Any, inst: Any, limit: int | None, tags: dict, quiet: bool):
-    """runner.execute, with Dagster's own console logger silenced when the runner allows it
-    (SyncMonitor then re-emits the run's log messages in s3rs's format, redacted)."""
-    params = inspect.signature(runner.execute).parameters
-    kwargs: dict[str, Any] = {"limit": limit, "extra_tags": tags}
-    if quiet and "loggers" in params:
-        kwargs["loggers"] = {"console": {"config": {"log_level": "CRITICAL"}}}
-    return runner.execute(plan, inst, **kwargs)
-
-
-def console_silenced() -> bool:
-    from s3rs_assets import runner
-
-    return "loggers" in inspect.signature(runner.execute).parameters
+    """runner.execute, with Dagster's own console logger silenced when `quiet` (SyncMonitor
+    then re-emits the run's log messages in s3rs's format, redacted)."""
+    loggers = {"console": {"config": {"log_level": "CRITICAL"}}} if quiet else None
+    return runner.execute(plan, inst, limit=limit, extra_tags=tags, loggers=loggers)
 
 
 def _failure_reasons(result: Any) -> list[str]:
@@ -435,7 +398,7 @@ class SyncMonitor:
         self.token = token
         self.tty = tty
         self.interval = interval
-        self.echo_events = console_silenced()
+        self.echo_events = True  # runner.execute silences Dagster's own console logger
         self.run_id: str | None = None
         self._cursor: str | None = None
         self._stop = threading.Event()
@@ -1131,13 +1094,14 @@ def s3clean() -> None:
     files unless --force)."""
 
 
-def _ledger_keys(table: TableConfig) -> tuple[set[str] | None, str]:
-    """Files the warehouse ledger holds for `table`, and where that came from.
+def _ledger_versions(table: TableConfig) -> tuple[set[tuple[str, str]] | None, str]:
+    """(file key, md5) of every file version the warehouse ledger holds for `table`, and
+    where that came from; (None, why) when the warehouse cannot be asked.
 
-    Returns (None, why) when the warehouse cannot be asked; the caller falls back to the
-    watermark's load mirror.
+    Versions matter: a chunk read again after `watermark set` overwrites its own key with
+    new content, which is not loaded until the ledger holds that key with the new md5.
     """
-    from s3rs_assets.load import LoadTarget, ledger_files
+    from s3rs_assets.load import LoadTarget, ledger_files, ledger_lookup_sql
     from s3rs_assets.types import SourceColumn
 
     try:
@@ -1151,7 +1115,17 @@ def _ledger_keys(table: TableConfig) -> tuple[set[str] | None, str]:
         target = LoadTarget(
             table.target_schema, table.target_table, cols, pk, table.cursor, table.name
         )
-        return set(ledger_files(wh, target)), f"warehouse load ledger ({wh.redacted()})"
+        keys = sorted(ledger_files(wh, target))
+        versions: set[tuple[str, str]] = set()
+        if keys:
+            with wh.connection(autocommit=True) as conn:
+                for i in range(0, len(keys), 500):
+                    batch = keys[i : i + 500]
+                    rows = conn.query(
+                        ledger_lookup_sql(target.schema, len(batch)), (target.table, *batch)
+                    )
+                    versions |= {(str(k), str(m)) for k, m in rows}
+        return versions, f"warehouse load ledger ({wh.redacted()})"
     except S3rsError as e:
         return None, str(e)
 
@@ -1179,14 +1153,18 @@ def _classify(s3: Any, table: TableConfig) -> tuple[list[dict[str, Any]], str, b
     store = _store(s3)
     rec = store.read(table.name)
     manifest = {f.key: k for k, p in (rec.partitions.items() if rec else []) for f in p.files}
-    ledger, source = _ledger_keys(table)
-    fallback = ledger is None
+    versions, source = _ledger_versions(table)
+    fallback = versions is None
+    mirror = set(rec.processed_s3_files) if rec else set()
     if fallback:
         source = f"watermark load mirror (warehouse unreachable: {source})"
-        ledger = set(rec.processed_s3_files) if rec else set()
+    md5s = {f.key: f.md5 for p in (rec.partitions.values() if rec else []) for f in p.files}
     objs = _list_data(s3, table)
     for o in objs:
-        if o["key"] in ledger:
+        # Single-part uploads (all s3rs writes) have ETag == MD5 of the content.
+        md5 = o["etag"] if "-" not in o["etag"] else md5s.get(o["key"], "")
+        loaded = o["key"] in mirror if fallback else (o["key"], md5) in versions
+        if loaded:
             o["state"] = "loaded"
         elif o["key"] in manifest:
             o["state"] = "unloaded"

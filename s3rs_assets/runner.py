@@ -67,6 +67,31 @@ def plan_sync(
     return SyncPlan(table, stages, min(starts, key=keys.index), keys[-1])
 
 
+def plan_runs(
+    table: TableConfig, record: WatermarkRecord | None, stages: tuple[str, ...]
+) -> list[SyncPlan]:
+    """The runs of one table's sync.
+
+    A backup run re-reads (recomputes) every *complete* partition in its range, so a range
+    must never reach back past the first incomplete backup partition only because the
+    load stage lags there (after `sync --backup-only`, or partitions `watermark set`
+    marked complete): that would read again windows the operator declared done. When the
+    load starts earlier, its backlog gets its own load-only run first.
+    """
+    plan = plan_sync(table, record, stages)
+    if stages != ("backup", "load"):
+        return [plan]
+    keys = partition_keys(table)
+    backup = keys.index(first_incomplete(table, record, "backup"))
+    load = keys.index(first_incomplete(table, record, "load"))
+    if load >= backup:
+        return [plan]
+    return [
+        SyncPlan(table, ("load",), keys[load], keys[backup - 1]),
+        SyncPlan(table, stages, keys[backup], plan.end),
+    ]
+
+
 def instance() -> dg.DagsterInstance:
     if not os.environ.get("DAGSTER_HOME"):
         raise ConfigError(
@@ -81,13 +106,17 @@ def execute(
     inst: dg.DagsterInstance,
     limit: int | None = None,
     extra_tags: dict[str, str] | None = None,
+    loggers: dict | None = None,
 ) -> dg.ExecuteJobResult:
+    """Run `plan` in this process; `loggers` overrides the run's Dagster loggers config."""
     repo = ReconstructableRepository.for_module(DEFINITIONS_MODULE, "defs", os.getcwd())
     recon = ReconstructableJob(repo, job_name(plan.table))
-    run_config = {}
+    run_config: dict = {}
     if limit is not None and "backup" in plan.stages:
         op = "__".join(asset_key(plan.table, "s3_parquet").path)
         run_config = {"ops": {op: {"config": {"limit": limit}}}}
+    if loggers:
+        run_config["loggers"] = loggers
     tags = {
         ASSET_PARTITION_RANGE_START_TAG: plan.start,
         ASSET_PARTITION_RANGE_END_TAG: plan.end,

@@ -132,6 +132,7 @@ class SSHTunnel:
         self._server: socket.socket | None = None
         self._closed = threading.Event()
         self.connects = 0  # SSH logins so far (1 + reconnects)
+        self.forwarded = 0  # local connections carried so far
 
     def __repr__(self) -> str:
         return (
@@ -299,6 +300,7 @@ class SSHTunnel:
             log.error("SSH tunnel: %s", e)
             conn.close()
             return
+        self.forwarded += 1
         try:
             while True:
                 ready, _, _ = select.select([conn, chan], [], [], 60)

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import psycopg
 import pymysql
@@ -129,6 +131,17 @@ def stack(monkeypatch, mysql_db, mysql_url, pg_url, bucket, s3_client, tmp_path,
         monkeypatch.delenv(var, raising=False)
     ensure_definitions(cli_tables_file)
     return Stack(mysql_db, bucket, s3_client, pg_url, home)
+
+
+@pytest.fixture(autouse=True)
+def _detach_log_handler():
+    """The CLI installs its log handler on the root logger; take it off after each test."""
+    import logging
+
+    yield
+    root = logging.getLogger()
+    for h in [h for h in root.handlers if getattr(h, "_s3rs_handler", False)]:
+        root.removeHandler(h)
 
 
 def invoke(*args: str, input: str | None = None):
@@ -524,7 +537,8 @@ def test_unreachable_mysql_is_a_clear_error(stack, monkeypatch):
 # -------------------------------------------------------------------------------- s3clean
 
 
-def _ledger(stack: Stack, table: str, keys: list[str]) -> None:
+def _ledger(stack: Stack, table: str, keys: list[str], md5: str | None = None) -> None:
+    """Ledger rows for `keys`, with the md5 of their current S3 content unless given."""
     from s3rs_assets.load import LEDGER_COLUMNS, create_ledger_sql, ledger_insert_sql
 
     schema = stack.db
@@ -534,7 +548,8 @@ def _ledger(stack: Stack, table: str, keys: list[str]) -> None:
         c.execute(f'DELETE FROM "{schema}".s3rs_load_ledger WHERE table_name = %s', (table,))
         for k in keys:
             row = dict.fromkeys(LEDGER_COLUMNS)
-            row.update(table_name=table, file_key=k, file_md5="0" * 32, partition_key="p",
+            etag = md5 or stack.s3.head_object(Bucket=stack.bucket, Key=k)["ETag"].strip('"')
+            row.update(table_name=table, file_key=k, file_md5=etag, partition_key="p",
                        source_name=f"{schema}.{table}", row_count=10, byte_count=1,
                        load_id="t", loaded_at=datetime.now())
             c.execute(ledger_insert_sql(schema, 1), [row[col] for col in LEDGER_COLUMNS])
@@ -599,6 +614,18 @@ def test_s3clean_clean_keeps_unloaded_force_deletes_them_dry_run_deletes_nothing
     left = stack.listing()
     assert not [k for k in left if "/data/" in k and "cli_files" in k]
     assert {k: v for k, v in left.items() if "/watermarks/" in k}.keys() >= wm.keys()
+
+
+def test_s3clean_keeps_a_loaded_key_whose_content_changed(stack, files):
+    # a chunk read again (after `watermark set`) overwrote a loaded key with new rows:
+    # the ledger holds the old md5, so the new content is not loaded yet
+    key = files["loaded"][0]
+    stack.s3.put_object(Bucket=stack.bucket, Key=key, Body=b"re-extracted rows")
+    doc = json.loads(invoke("s3clean", "list", "-t", stack.name("cli_files"), "--json").stdout)
+    assert {f["key"]: f["state"] for f in doc["files"]}[key] == "unloaded"
+    r = invoke("s3clean", "clean", "-t", stack.name("cli_files"), "--json")
+    assert key in json.loads(r.stdout)["kept_unloaded"]
+    assert key in stack.listing()
 
 
 def test_s3clean_falls_back_to_the_mirror_when_the_warehouse_is_down(stack, files,
@@ -766,7 +793,7 @@ def _json_lines(text: str) -> list[dict]:
     return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
 
 
-def test_sync_both_stages_failed_table_named_others_run(stack, orders):
+def test_sync_both_stages_failed_table_named_others_run(stack, orders, monkeypatch):
     name, broken = stack.name("cli_orders"), stack.name("cli_broken")
     r = invoke("--log-format", "json", "sync", "-t", broken, "-t", name)
     assert r.exit_code == 1, r.output
@@ -779,10 +806,10 @@ def test_sync_both_stages_failed_table_named_others_run(stack, orders):
     progress = [e for e in events if e["event"] == "progress" and e["table"] == name]
     assert progress and progress[-1]["rows"] == 60
     assert {"partition", "rows_per_second", "seconds", "run_id"} <= set(progress[-1])
-    if cli.console_silenced():  # with runner support, every log line is JSON
-        assert all(line.startswith("{") or line.startswith(("error", " ", broken))
-                   for line in r.stderr.splitlines() if line.strip())
-        assert any(e["event"] == "step_start" for e in events)
+    # Dagster's console logger is silenced: every log line is JSON
+    assert all(line.startswith("{") or line.startswith(("error", " ", broken, "failed:"))
+               for line in r.stderr.splitlines() if line.strip())
+    assert any(e["event"] == "step_start" for e in events)
     # the watermark and the warehouse
     rec = stack.store.read(name)
     assert rec.mysql_rows_extracted == 60 and rec.redshift_rows_loaded == 60
@@ -794,6 +821,16 @@ def test_sync_both_stages_failed_table_named_others_run(stack, orders):
     with dg.DagsterInstance.from_config(str(stack.home)) as inst:
         runs = inst.get_runs()
         assert {r.tags.get("s3rs/table") for r in runs} == {name, broken}
+    # daily incremental with --all: every configured table, nothing new to copy
+    only = stack.home / "tables.yaml"
+    only.write_text(yaml.safe_dump({"tables": [
+        t for t in yaml.safe_load(Path(os.environ["S3RS_TABLES"]).read_text())["tables"]
+        if t["name"] == name]}))
+    monkeypatch.setenv("S3RS_TABLES", str(only))
+    r = invoke("sync", "--all", "--no-progress")
+    assert r.exit_code == 0, r.output
+    assert f"{name}: backup + load, partitions {key_of(day(0))} .. {key_of(day(0))}" in r.stdout
+    assert stack.store.read(name).mysql_rows_extracted == 60
 
 
 def test_sync_backup_only_limit_progress_then_redshift_only(stack, orders):
@@ -845,23 +882,23 @@ def test_plan_runs_gives_the_load_backlog_its_own_run(stack):
 
     cfg = next(t for t in cli.load_tables() if t.name == stack.name("cli_wm"))
     rec = seed(stack)  # days 10..5 complete, day 4 partial; days 10..6 loaded
-    assert [(p.stages, p.start, p.end) for p in cli.plan_runs(runner, cfg, rec, (
+    assert [(p.stages, p.start, p.end) for p in runner.plan_runs(cfg, rec, (
         "backup", "load"))] == [
         (("load",), key_of(day(5)), key_of(day(5))),
         (("backup", "load"), key_of(day(4)), key_of(day(0))),
     ]
     rec.loaded_partitions[key_of(day(5))] = LoadState(
         files=[f.key for f in rec.partitions[key_of(day(5))].files])
-    plans = cli.plan_runs(runner, cfg, rec, ("backup", "load"))
+    plans = runner.plan_runs(cfg, rec, ("backup", "load"))
     assert [(p.stages, p.start, p.end) for p in plans] == [
         (("backup", "load"), key_of(day(4)), key_of(day(0)))]
     rec.loaded_partitions.pop(key_of(day(8)))
-    plans = cli.plan_runs(runner, cfg, rec, ("backup", "load"))
+    plans = runner.plan_runs(cfg, rec, ("backup", "load"))
     assert [(p.stages, p.start, p.end) for p in plans] == [
         (("load",), key_of(day(8)), key_of(day(5))),
         (("backup", "load"), key_of(day(4)), key_of(day(0))),
     ]
-    assert [p.start for p in cli.plan_runs(runner, cfg, rec, ("load",))] == [key_of(day(8))]
+    assert [p.start for p in runner.plan_runs(cfg, rec, ("load",))] == [key_of(day(8))]
 
 
 def test_sync_all_runs_every_table_and_names_failures(stack, monkeypatch):
@@ -875,3 +912,51 @@ def test_list_keys_helper_sanity(stack):
     # guards the helper the other tests rely on to prove "nothing changed"
     stack.s3.put_object(Bucket=stack.bucket, Key="x/y", Body=b"1")
     assert "x/y" in stack.listing() and list_keys(stack.s3, stack.bucket, "x/") == ["x/y"]
+
+
+def test_log_format_from_the_environment(stack, monkeypatch):
+    monkeypatch.setenv("S3RS_LOG_FORMAT", "json")
+    r = invoke("--log-level", "DEBUG", "watermark", "set", "-t", stack.name("cli_other"),
+               "--timestamp", "2d", "--yes")
+    assert r.exit_code == 0, r.output
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert lines and all(json.loads(line)["level"] for line in lines)
+    assert any(json.loads(line)["logger"] == "s3rs.watermark" for line in lines)
+
+
+def test_sync_json_lines_only_once_dagster_console_is_silenced(stack, orders, monkeypatch):
+    """`runner.execute(..., loggers=...)` (requested from runner.py) lets the CLI silence
+    Dagster's own console logger; the monitor then re-emits the run's messages as s3rs log
+    lines, so `--log-format json` output is JSON only. Simulated here with that signature."""
+    import dagster as dg
+
+    from s3rs_assets import runner
+
+    real = runner.execute
+
+    def execute(plan, inst, limit=None, extra_tags=None, loggers=None):
+        calls.append(loggers)
+        orig = dg.execute_job
+
+        def with_loggers(job, **kw):
+            kw["run_config"] = {**(kw.get("run_config") or {}), "loggers": loggers}
+            return orig(job, **kw)
+
+        monkeypatch.setattr(runner.dg, "execute_job", with_loggers)
+        try:
+            return real(plan, inst, limit=limit, extra_tags=extra_tags)
+        finally:
+            monkeypatch.setattr(runner.dg, "execute_job", orig)
+
+    calls: list = []
+    monkeypatch.setattr(runner, "execute", execute)
+    name = stack.name("cli_orders")
+    r = invoke("--log-format", "json", "sync", "-t", name, "--backup-only")
+    assert r.exit_code == 0, r.output
+    assert calls == [{"console": {"config": {"log_level": "CRITICAL"}}}]
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    events = [json.loads(line) for line in lines]  # every line is JSON
+    kinds = {e["event"] for e in events}
+    assert {"step_start", "run_log", "progress"} <= kinds
+    assert any("chunk 1" in e["message"] for e in events if e["event"] == "run_log")
+    assert all(e.get("table") == name for e in events if e["logger"] == "s3rs.run")

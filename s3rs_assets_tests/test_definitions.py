@@ -116,3 +116,24 @@ def test_dagster_job_execute_syncs_a_range(tables_file, mysql_db, mysql_conn, my
         mats = instance.get_materialized_partitions(
             dg.AssetKey([mysql_db, "def_orders", "redshift_table"]))
         assert mats == {"2025-03-02", "2025-03-03", "2025-03-04"}
+
+
+def test_shipped_instance_config_serializes_runs_per_table(tmp_path, monkeypatch):
+    """dagster.yaml: one run per table at a time (tag limit) and one step per table pool."""
+    import shutil
+
+    from s3rs_assets.assets import TABLE_TAG, pool_name
+    from s3rs_assets.config import TableConfig
+
+    shutil.copy(REPO / "dagster.yaml", tmp_path / "dagster.yaml")
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    with dg.DagsterInstance.get() as instance:
+        cfg = instance.get_concurrency_config()
+    assert cfg.pool_config.default_pool_limit == 1
+    limits = cfg.run_queue_config.tag_concurrency_limits
+    assert {"key": TABLE_TAG, "value": {"applyLimitPerUniqueValue": True}, "limit": 1} in limits
+    t = TableConfig.from_dict({"name": "shop.orders"})
+    from s3rs_assets.assets import build_table_assets
+
+    pools = {a.op.pool for a in build_table_assets(t)}
+    assert pools == {pool_name(t)}

@@ -282,3 +282,4 @@ def test_two_runs_of_one_partition_at_once(ties_tables, mysql_db, mysql_url, s3_
             assert error.cause.cls_name == "WatermarkConflict"
     store = store_for(s3_resource)
     _check_partition(ties_tables, store, s3_client, s3_resource.bucket, cfg, "2025-03-04", "1=1")
+

@@ -241,7 +241,7 @@ def test_load_into_empty_target_keeps_every_type_exactly(
         "payload": "character varying(65535)",
         "is_active": "boolean",
         "big": "numeric(20,0)",
-        "duration": "character varying(16)",
+        "duration": "character varying(20)",
         "score": "double precision",
         "ratio": "real",
         "qty": "smallint",
