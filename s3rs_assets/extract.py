@@ -62,7 +62,8 @@ class WriteSpec:
     schema_ipc: bytes  # target Arrow schema, serialized
     cursor: str
     s3: dict[str, Any]  # boto3 client kwargs incl. credentials: never logged
-    keys: tuple[str, ...] = ()  # jdbc: object key per Spark partition
+    keys: tuple[str, ...] = ()  # object key per sub-range (= per Spark partition for jdbc)
+    predicates: tuple[str, ...] = ()  # connectorx: WHERE clause per sub-range
     source_url: str = ""  # connectorx: mysql:// URL incl. password: never logged
     select: str = ""  # connectorx: "SELECT ... FROM ... WHERE " to which a predicate is added
 
@@ -135,24 +136,20 @@ def jdbc_task(spec: WriteSpec) -> Callable[[Iterator[pa.RecordBatch]], Iterator[
 def connectorx_task(
     spec: WriteSpec,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """mapInArrow over the list of sub-ranges: each task reads its sub-ranges with
-    connectorx (Rust, straight to Arrow) and writes one object per sub-range."""
+    """mapInArrow over `spark.range(n)`: each id is a sub-range, read with connectorx
+    (Rust, straight to Arrow) and written as one object."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import connectorx as cx
 
         client = None
         for batch in batches:
-            for part, predicate, key in zip(
-                batch.column("part").to_pylist(),
-                batch.column("predicate").to_pylist(),
-                batch.column("key").to_pylist(),
-                strict=True,
-            ):
-                table = cx.read_sql(spec.source_url, spec.select + predicate, return_type="arrow")
+            for part in batch.column("id").to_pylist():
+                sql = spec.select + spec.predicates[part]
+                table = cx.read_sql(spec.source_url, sql, return_type="arrow")
                 if table.num_rows:
                     client = client or _client(spec.s3)
-                    yield store_object(table, key, part, spec, client)
+                    yield store_object(table, spec.keys[part], part, spec, client)
 
     return run
 
@@ -209,15 +206,15 @@ class Extractor:
         if self.reader == "connectorx":
             spec = replace(
                 spec,
+                predicates=tuple(predicates),
                 source_url=self.mysql.connectorx_url(),
                 select=(
                     f"SELECT {self.src.select_list('connectorx')} "
                     f"FROM {self.src.qualified} WHERE "
                 ),
             )
-            ranges = self._task_frame(
-                list(zip(range(len(predicates)), predicates, object_keys, strict=True))
-            )
+            # spark.range, like the warm-up job, so the warmed Python workers are reused
+            ranges = self.spark.range(0, len(predicates), 1, len(predicates))
             manifest = ranges.mapInArrow(connectorx_task(spec), _spark_manifest_schema()).collect()
         else:
             props = dict(self.mysql.jdbc_properties())
@@ -241,15 +238,6 @@ class Extractor:
         self.verify(files)
         rows = sum(f.rows for f in files)
         return ChunkResult(plan, files, rows, time.monotonic() - t0)
-
-    def _task_frame(self, rows: list[tuple[int, str, str]]) -> Any:
-        """One Spark partition per sub-range, without a sampling job."""
-        schema = "part int, predicate string, key string"
-        try:
-            rdd = self.spark.sparkContext.parallelize(rows, len(rows))
-        except Exception:  # Spark Connect has no SparkContext; hash-partition instead
-            return self.spark.createDataFrame(rows, schema).repartition(len(rows), "part")
-        return self.spark.createDataFrame(rdd, schema)
 
     def verify(self, files: list[FileEntry]) -> None:
         """Independent check from the driver: each object is there with the size and MD5

@@ -49,6 +49,16 @@ class MySQLResource(dg.ConfigurableResource):
         "(unknown or mismatched keys are refused).",
     )
 
+    def __repr_args__(self) -> Any:
+        for name, value in super().__repr_args__():
+            yield name, (self._safe_url() if name == "url" else value)
+
+    def _safe_url(self) -> str:
+        try:
+            return self.parsed.redacted()
+        except ConfigError:
+            return "<invalid S3RS_MYSQL_URL>"
+
     @property
     def parsed(self) -> DatabaseURL:
         return DatabaseURL.parse(

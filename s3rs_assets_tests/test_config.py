@@ -117,3 +117,12 @@ def test_database_urls_never_show_the_password():
     assert "hunter2" not in str(e.value)
     with pytest.raises(ConfigError, match="is not set"):
         DatabaseURL.parse("", env="S3RS_MYSQL_URL", schemes=("mysql",), default_port=3306)
+
+
+def test_resources_never_show_passwords_in_repr():
+    from s3rs_assets.resources import MySQLResource
+    from s3rs_assets.warehouse import WarehouseResource
+
+    for r in (MySQLResource(url="mysql://u:SeCrEt@h:3306/d"),
+              WarehouseResource(url="postgresql://u:SeCrEt@h:5432/d")):
+        assert "SeCrEt" not in repr(r) and "SeCrEt" not in str(r)

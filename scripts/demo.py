@@ -23,7 +23,6 @@ import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from zoneinfo import ZoneInfo
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -181,6 +180,20 @@ def write_tables_yaml(path: Path, first_day: str) -> None:
         print(f"wrote: {path}")
 
 
+def sync_range(bucket: str, prefix: str) -> tuple[str, str]:
+    """From the first partition either stage has work in to the current one, as `s3rs sync`
+    plans it: a second `make demo` does not re-read complete partitions."""
+    from s3rs_assets.config import find_table, load_tables
+    from s3rs_assets.io_manager import store_for
+    from s3rs_assets.resources import S3Resource
+    from s3rs_assets.runner import plan_sync
+
+    table = find_table(load_tables(), QUALIFIED)
+    record = store_for(S3Resource(bucket=bucket, prefix=prefix)).read(QUALIFIED)
+    plan = plan_sync(table, record, ("backup", "load"))
+    return plan.start, plan.end
+
+
 def run_sync(first_day: str, last_day: str) -> None:
     tags = json.dumps(
         {
@@ -264,9 +277,6 @@ def main(argv: list[str] | None = None) -> int:
         step(f"2/5 demo table {QUALIFIED} on {mysql.redacted()}")
         first, _last = seed_table(conn, args.rows, args.reseed)
     first_day = first.date().isoformat()
-    # The last partition is today's (still open) window, in the partitions' time zone.
-    tz = ZoneInfo(os.environ.get("S3RS_SOURCE_TIMEZONE") or "UTC")
-    last_day = max(datetime.now(tz).date(), first.date()).isoformat()
 
     step(f"3/5 table list {os.environ['S3RS_TABLES']}")
     write_tables_yaml(Path(os.environ["S3RS_TABLES"]), first_day)
@@ -274,6 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.no_sync:
         step("4/5 sync: skipped (--no-sync)")
     else:
+        first_day, last_day = sync_range(bucket, prefix)
         step(f"4/5 sync {first_day} .. {last_day} (job {JOB})")
         run_sync(first_day, last_day)
 
