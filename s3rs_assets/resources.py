@@ -22,7 +22,21 @@ from s3rs_assets.errors import ConfigError
 DEFAULT_JDBC_JARS = "/usr/share/java/mariadb-java-client.jar"
 
 
-class MySQLResource(dg.ConfigurableResource):
+class RedactedURL:
+    """Mixin for resources with a `url` holding a password: repr/str show it masked."""
+
+    def __repr_args__(self) -> Any:
+        for name, value in super().__repr_args__():  # type: ignore[misc]
+            yield name, (self._safe_url() if name == "url" else value)
+
+    def _safe_url(self) -> str:
+        try:
+            return self.parsed.redacted()  # type: ignore[attr-defined]
+        except ConfigError:
+            return "<invalid URL>"
+
+
+class MySQLResource(RedactedURL, dg.ConfigurableResource):
     """The source database, from `S3RS_MYSQL_URL` (mysql://user:password@host:port/db).
 
     Behind a bastion, set `ssh_host` (or `S3RS_SSH_HOST`) and the other `ssh_*` settings:
@@ -48,16 +62,6 @@ class MySQLResource(dg.ConfigurableResource):
         description="S3RS_SSH_KNOWN_HOSTS: known_hosts file holding the bastion's host key "
         "(unknown or mismatched keys are refused).",
     )
-
-    def __repr_args__(self) -> Any:
-        for name, value in super().__repr_args__():
-            yield name, (self._safe_url() if name == "url" else value)
-
-    def _safe_url(self) -> str:
-        try:
-            return self.parsed.redacted()
-        except ConfigError:
-            return "<invalid S3RS_MYSQL_URL>"
 
     @property
     def parsed(self) -> DatabaseURL:

@@ -30,6 +30,7 @@ from pydantic import Field
 
 from s3rs_assets.config import DatabaseURL
 from s3rs_assets.errors import ConfigError
+from s3rs_assets.resources import RedactedURL
 
 Dialect = Literal["postgres", "redshift"]
 
@@ -40,7 +41,7 @@ _SSLMODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full"
 RETRYABLE_SQLSTATES = frozenset({"40001", "40P01", "23505"})
 
 
-class WarehouseResource(dg.ConfigurableResource):
+class WarehouseResource(RedactedURL, dg.ConfigurableResource):
     """Redshift or its local PostgreSQL stand-in, from `S3RS_REDSHIFT_URL`."""
 
     url: str = Field(
@@ -57,16 +58,6 @@ class WarehouseResource(dg.ConfigurableResource):
         description="Redshift SSL mode: verify-full (default), verify-ca, or disable.",
     )
     connect_timeout: int = Field(default=10, description="Seconds to wait for a connection.")
-
-    def __repr_args__(self) -> Any:
-        for name, value in super().__repr_args__():
-            yield name, (self._safe_url() if name == "url" else value)
-
-    def _safe_url(self) -> str:
-        try:
-            return self.parsed.redacted()
-        except ConfigError:
-            return "<invalid S3RS_REDSHIFT_URL>"
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         self.check()  # a bad URL fails the run at start, naming the variable, not the secret

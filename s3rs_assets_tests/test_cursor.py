@@ -68,14 +68,17 @@ def test_chunk_of_one_row_walks_a_tie_group(ties_table, mysql_db):
     # stop the walk at the first group's end: UPPER is exclusive
     seen = []
     pos = Position(c=DAY)
-    while (plan := plan_chunk(conn, src, pos, first.replace(microsecond=first.microsecond + 1),
-                              1, 1)) is not None:
+    while (
+        plan := plan_chunk(conn, src, pos, first.replace(microsecond=first.microsecond + 1), 1, 1)
+    ) is not None:
         seen.append(plan.end.pk[0])
         pos = plan.end
     assert seen == group, "2000 rows sharing one timestamp, one per chunk, in pk order"
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(chunk=st.integers(min_value=40, max_value=4000), parts=st.integers(min_value=1, max_value=6))
 def test_every_row_once_hypothesis(ties_table, chunk, parts):
     conn, src = ties_table
@@ -105,7 +108,10 @@ def test_predicates_are_lexicographic_and_escaped():
         "'o\\'; DROP TABLE x; --' AND (`id` > 5))))))"
     )
     assert at_or_before(pos, keys).count("<=") == 1
-    assert after(Position(c=datetime(2025, 1, 1)), keys) == "`update_at` >= '2025-01-01 00:00:00.000000'"
+    assert (
+        after(Position(c=datetime(2025, 1, 1)), keys)
+        == "`update_at` >= '2025-01-01 00:00:00.000000'"
+    )
 
 
 def test_position_tokens_are_deterministic_and_key_safe():

@@ -38,7 +38,9 @@ def ties_tables(mysql_db):
 
     conn = pymysql.connect(host="127.0.0.1", user="root", database=mysql_db, autocommit=True)
     # 10,000 rows on 5 timestamps on day D, 40 rows on 3 timestamps on day D+1
-    make_ties_table(conn, "ext_ties", ties(10_000, D, 5) + ties(40, D + timedelta(days=1), 3, 20_001))
+    make_ties_table(
+        conn, "ext_ties", ties(10_000, D, 5) + ties(40, D + timedelta(days=1), 3, 20_001)
+    )
     yield conn
     conn.close()
 
@@ -56,29 +58,32 @@ def _check_partition(conn, store, s3_client, bucket, cfg, partition, where):
 
 
 @pytest.mark.parametrize("chunk", [1, 7, 1000])
-def test_small_partition_any_chunk(ties_tables, mysql_db, mysql_url, s3_resource, s3_client,
-                                   spark_resource, chunk):
+def test_small_partition_any_chunk(
+    ties_tables, mysql_db, mysql_url, s3_resource, s3_client, spark_resource, chunk
+):
     cfg = table_cfg(mysql_db, "ext_ties", chunk_rows=chunk, parallelism=2)
     res = resources(mysql_url, s3_resource, spark_resource)
     backup(cfg, res, partition="2025-03-05")
     store = store_for(s3_resource)
-    _check_partition(ties_tables, store, s3_client, s3_resource.bucket, cfg, "2025-03-05",
-                     "id > 20000")
+    _check_partition(
+        ties_tables, store, s3_client, s3_resource.bucket, cfg, "2025-03-05", "id > 20000"
+    )
 
 
 @pytest.mark.parametrize(("chunk", "parallelism"), [(1000, 2), (3333, 3)])
-def test_ten_thousand_rows_on_five_timestamps(ties_tables, mysql_db, mysql_url, s3_resource,
-                                              s3_client, spark_resource, chunk, parallelism):
+def test_ten_thousand_rows_on_five_timestamps(
+    ties_tables, mysql_db, mysql_url, s3_resource, s3_client, spark_resource, chunk, parallelism
+):
     cfg = table_cfg(mysql_db, "ext_ties", chunk_rows=chunk, parallelism=parallelism)
     result = backup(cfg, resources(mysql_url, s3_resource, spark_resource), partition="2025-03-04")
     store = store_for(s3_resource)
-    keys = _check_partition(ties_tables, store, s3_client, s3_resource.bucket, cfg, "2025-03-04",
-                            "id <= 20000")
+    keys = _check_partition(
+        ties_tables, store, s3_client, s3_resource.bucket, cfg, "2025-03-04", "id <= 20000"
+    )
     # what was written is exactly what the manifest lists: no stray or duplicate object
     prefix = s3_resource.key("data", mysql_db, "ext_ties", "2025-03-04")
     assert sorted(list_keys(s3_client, s3_resource.bucket, prefix)) == sorted(keys)
-    md = result.asset_materializations_for_node(
-        f"{mysql_db}__ext_ties__s3_parquet")[0].metadata
+    md = result.asset_materializations_for_node(f"{mysql_db}__ext_ties__s3_parquet")[0].metadata
     assert md["rows"].value == 10_000
     assert md["files"].value == len(keys)
     assert md["status"].value == "complete"
@@ -87,8 +92,9 @@ def test_ten_thousand_rows_on_five_timestamps(ties_tables, mysql_db, mysql_url, 
     assert rec.mysql_status == "success"
 
 
-def test_range_run_and_recompute(ties_tables, mysql_db, mysql_url, s3_resource, s3_client,
-                                 spark_resource):
+def test_range_run_and_recompute(
+    ties_tables, mysql_db, mysql_url, s3_resource, s3_client, spark_resource
+):
     """One run over a range; re-materializing a complete partition reads its window again."""
     cfg = table_cfg(mysql_db, "ext_ties", chunk_rows=4000)
     res = resources(mysql_url, s3_resource, spark_resource)
@@ -97,9 +103,14 @@ def test_range_run_and_recompute(ties_tables, mysql_db, mysql_url, s3_resource, 
         store = store_for(s3_resource)
         rec = store.read(cfg.name)
         assert {k: p.status for k, p in rec.partitions.items()} == {
-            "2025-03-03": "complete", "2025-03-04": "complete", "2025-03-05": "complete"}
+            "2025-03-03": "complete",
+            "2025-03-04": "complete",
+            "2025-03-05": "complete",
+        }
         assert rec.mysql_rows_extracted == 10_040
-        mats = instance.get_materialized_partitions(dg.AssetKey([mysql_db, "ext_ties", "s3_parquet"]))
+        mats = instance.get_materialized_partitions(
+            dg.AssetKey([mysql_db, "ext_ties", "s3_parquet"])
+        )
         assert mats == {"2025-03-03", "2025-03-04", "2025-03-05"}
         # a row of D changes; the complete partition is recomputed, not appended to
         with ties_tables.cursor() as cur:
@@ -110,14 +121,16 @@ def test_range_run_and_recompute(ties_tables, mysql_db, mysql_url, s3_resource, 
         keys = manifest_keys(store, cfg.name, "2025-03-05")
         table = read_parquet(s3_client, s3_resource.bucket, keys)
         assert sorted(table.column("id").to_pylist()) == list(range(20_001, 20_041))
-        amounts = dict(zip(table.column("id").to_pylist(), table.column("amount").to_pylist(),
-                           strict=True))
+        amounts = dict(
+            zip(table.column("id").to_pylist(), table.column("amount").to_pylist(), strict=True)
+        )
         assert str(amounts[20001]) == "1.5000"
         assert rec2.mysql_rows_extracted == 10_040
 
 
-def test_limit_stops_early_and_resumes(ties_tables, mysql_db, mysql_url, s3_resource, s3_client,
-                                       spark_resource):
+def test_limit_stops_early_and_resumes(
+    ties_tables, mysql_db, mysql_url, s3_resource, s3_client, spark_resource
+):
     cfg = table_cfg(mysql_db, "ext_ties", chunk_rows=1500)
     res = resources(mysql_url, s3_resource, spark_resource)
     backup(cfg, res, start="2025-03-04", end="2025-03-05", limit=2000)
@@ -127,8 +140,9 @@ def test_limit_stops_early_and_resumes(ties_tables, mysql_db, mysql_url, s3_reso
     assert rec.partitions["2025-03-04"].rows == 2000
     assert "2025-03-05" not in rec.partitions
     backup(cfg, res, start="2025-03-04", end="2025-03-05")
-    _check_partition(ties_tables, store, s3_client, s3_resource.bucket, cfg, "2025-03-04",
-                     "id <= 20000")
+    _check_partition(
+        ties_tables, store, s3_client, s3_resource.bucket, cfg, "2025-03-04", "id <= 20000"
+    )
 
 
 KILL_SCRIPT = textwrap.dedent(
@@ -144,8 +158,9 @@ KILL_SCRIPT = textwrap.dedent(
 )
 
 
-def test_sigkill_after_k_chunks_then_rerun(ties_tables, mysql_db, mysql_url, s3_resource,
-                                           s3_client, spark_resource, tmp_path):
+def test_sigkill_after_k_chunks_then_rerun(
+    ties_tables, mysql_db, mysql_url, s3_resource, s3_client, spark_resource, tmp_path
+):
     """A run killed with SIGKILL after k checkpoints; the rerun loses and duplicates nothing."""
     make_ties_table(ties_tables, "ext_kill", ties(6000, D, 4))
     script = tmp_path / "kill.py"
@@ -153,7 +168,11 @@ def test_sigkill_after_k_chunks_then_rerun(ties_tables, mysql_db, mysql_url, s3_
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(
         [sys.executable, str(script), mysql_db, mysql_url, s3_resource.bucket],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        cwd=REPO,
         start_new_session=True,
     )
     killed_at = None
@@ -172,8 +191,9 @@ def test_sigkill_after_k_chunks_then_rerun(ties_tables, mysql_db, mysql_url, s3_
     before = store.read(cfg.name).partitions["2025-03-04"]
     assert before.status == "partial" and 1500 <= before.rows < 6000
     backup(cfg, resources(mysql_url, s3_resource, spark_resource), partition="2025-03-04")
-    keys = _check_partition(ties_tables, store, s3_client, s3_resource.bucket, cfg, "2025-03-04",
-                            "1=1")
+    keys = _check_partition(
+        ties_tables, store, s3_client, s3_resource.bucket, cfg, "2025-03-04", "1=1"
+    )
     prefix = s3_resource.key("data", mysql_db, "ext_kill", "2025-03-04")
     assert sorted(list_keys(s3_client, s3_resource.bucket, prefix)) == sorted(keys), (
         "the chunk in flight was re-read into the same keys: no duplicate file"
@@ -190,8 +210,9 @@ def _day_range(cfg, first: datetime, last: datetime) -> tuple[str, str]:
     return f"{first:%Y-%m-%d}", f"{last:%Y-%m-%d}"
 
 
-def test_rows_inserted_updated_and_hidden_by_the_bound(ties_tables, mysql_db, mysql_url,
-                                                       s3_resource, s3_client, spark_resource):
+def test_rows_inserted_updated_and_hidden_by_the_bound(
+    ties_tables, mysql_db, mysql_url, s3_resource, s3_client, spark_resource
+):
     conn = ties_tables
     now = _now(conn)
     old = now - timedelta(hours=3)
@@ -209,8 +230,10 @@ def test_rows_inserted_updated_and_hidden_by_the_bound(ties_tables, mysql_db, my
     # between runs: new rows, and an already-copied row updated
     insert_rows(conn, "ext_incr", [(i, now - timedelta(minutes=5)) for i in range(351, 361)])
     with conn.cursor() as cur:
-        cur.execute("UPDATE ext_incr SET amount = 7, update_at = %s WHERE id = 5",
-                    (now - timedelta(minutes=2),))
+        cur.execute(
+            "UPDATE ext_incr SET amount = 7, update_at = %s WHERE id = 5",
+            (now - timedelta(minutes=2),),
+        )
     # run 2: time has passed beyond the bound (lag 0 now): every row arrives, none twice
     cfg = table_cfg(mysql_db, "ext_incr", chunk_rows=120, lag="0s", start=f"{old:%Y-%m-%d}")
     backup(cfg, res, start=start, end=end)
@@ -224,7 +247,8 @@ def test_rows_inserted_updated_and_hidden_by_the_bound(ties_tables, mysql_db, my
 
 
 def test_open_transaction_holding_an_older_timestamp_is_not_skipped(
-        ties_tables, mysql_db, mysql_url, s3_resource, s3_client, spark_resource):
+    ties_tables, mysql_db, mysql_url, s3_resource, s3_client, spark_resource
+):
     import pymysql
 
     conn = ties_tables
@@ -236,8 +260,13 @@ def test_open_transaction_holding_an_older_timestamp_is_not_skipped(
             cur.execute("INSERT INTO ext_trx (id, update_at, amount) VALUES (2, NOW(6), 1)")
         time.sleep(1.2)
         insert_rows(conn, "ext_trx", [(3, _now(conn))])  # committed, later timestamp
-        cfg = table_cfg(mysql_db, "ext_trx", chunk_rows=100, lag="0s",
-                        start=f"{_now(conn) - timedelta(days=1):%Y-%m-%d}")
+        cfg = table_cfg(
+            mysql_db,
+            "ext_trx",
+            chunk_rows=100,
+            lag="0s",
+            start=f"{_now(conn) - timedelta(days=1):%Y-%m-%d}",
+        )
         res = resources(mysql_url, s3_resource, spark_resource)
         start, end = _day_range(cfg, _now(conn) - timedelta(minutes=10), _now(conn))
         result = backup(cfg, res, start=start, end=end)
@@ -254,8 +283,9 @@ def test_open_transaction_holding_an_older_timestamp_is_not_skipped(
     assert sorted(ids) == [1, 2, 3]
 
 
-def test_two_runs_of_one_partition_at_once(ties_tables, mysql_db, mysql_url, s3_resource,
-                                           s3_client, spark_resource):
+def test_two_runs_of_one_partition_at_once(
+    ties_tables, mysql_db, mysql_url, s3_resource, s3_client, spark_resource
+):
     """Started together: each either merges with the other's identical progress or stops
     with a WatermarkConflict; progress is never lost or overwritten, no key twice."""
     import threading
@@ -282,4 +312,3 @@ def test_two_runs_of_one_partition_at_once(ties_tables, mysql_db, mysql_url, s3_
             assert error.cause.cls_name == "WatermarkConflict"
     store = store_for(s3_resource)
     _check_partition(ties_tables, store, s3_client, s3_resource.bucket, cfg, "2025-03-04", "1=1")
-

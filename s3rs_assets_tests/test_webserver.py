@@ -15,7 +15,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import datetime
 from pathlib import Path
 
@@ -30,8 +30,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(540)]
 
 DAY = "2025-03-03"
 ORDERS_ROWS, ITEMS_ROWS = 300, 200
-STARTUP_DEADLINE = 90.0   # webserver up and code location loaded
-RUN_DEADLINE = 240.0      # the launched run finishes
+STARTUP_DEADLINE = 90.0  # webserver up and code location loaded
+RUN_DEADLINE = 240.0  # the launched run finishes
 MARKER = "S3RS_WEBSERVER_TEST_ID"
 
 TABLES_YAML = """
@@ -231,10 +231,8 @@ def _marked_processes(marker: str) -> list[int]:
 
 def _stop(proc: subprocess.Popen, marker: str, grace: float = 15.0) -> None:
     pgid = proc.pid
-    try:
+    with suppress(ProcessLookupError):
         os.killpg(pgid, signal.SIGTERM)
-    except ProcessLookupError:
-        pass
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline:
         proc.poll()
@@ -242,14 +240,10 @@ def _stop(proc: subprocess.Popen, marker: str, grace: float = 15.0) -> None:
             break
         time.sleep(0.3)
     for pid in set(_group_members(pgid)) | set(_marked_processes(marker)):
-        try:
+        with suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    try:
+    with suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        pass
     deadline = time.monotonic() + 10
     while (_group_members(pgid) or _marked_processes(marker)) and time.monotonic() < deadline:
         time.sleep(0.2)
