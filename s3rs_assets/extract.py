@@ -290,7 +290,6 @@ class PartitionRun:
     chunks: int = 0
     seconds: float = 0.0
     recomputed: bool = False
-    expected_rows: int = 0
     plan_seconds: float = 0.0
     read_seconds: float = 0.0
     checkpoint_seconds: float = 0.0
@@ -309,7 +308,6 @@ def backup_partition(
     row_budget: int | None = None,
     source_now: datetime | None = None,
     log: Callable[[str], None] = lambda _m: None,
-    on_chunk: Callable[[PartitionRun, ChunkResult], None] | None = None,
 ) -> PartitionRun:
     """Read one partition window from its cursor up to min(window end, upper)."""
     t0 = time.monotonic()
@@ -319,12 +317,9 @@ def backup_partition(
     record = store.read(table, now=source_now) or WatermarkRecord.new(table)
     prior = record.partitions.get(partition_key)
     recompute = prior is not None and prior.status == "complete"
-    if prior is None or recompute:
-        seen = _signature(prior)
-        pos = Position(c=start, pk=None)
-    else:
-        seen = _signature(prior)
-        pos = prior.cursor or Position(c=start, pk=None)
+    seen = _signature(prior)
+    resume = prior is not None and not recompute and prior.cursor is not None
+    pos = prior.cursor if resume else Position(c=start, pk=None)
     run = PartitionRun(
         partition_key, start, end, prior.cursor if prior else None, recomputed=recompute
     )
@@ -387,14 +382,11 @@ def backup_partition(
             run.rows += result.rows_read
             run.files.extend(result.files)
             run.chunks += 1
-            run.expected_rows += plan.rows
             log(
                 f"{table} {partition_key}: chunk {run.chunks} {result.rows_read} rows in "
                 f"{result.seconds:.1f}s (plan {run.plan_seconds:.2f}s, checkpoint "
                 f"{run.checkpoint_seconds:.2f}s so far), cursor -> {plan.end}"
             )
-            if on_chunk:
-                on_chunk(run, result)
             if plan.rows < n:
                 break
     exhausted = row_budget is None or run.rows < row_budget
