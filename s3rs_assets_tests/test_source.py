@@ -118,3 +118,25 @@ def test_least_privilege_user_degrades_gracefully(shapes, mysql_db, s3_resource,
         body = s3_client.get_object(Bucket=s3_resource.bucket, Key=k)["Body"].read().decode()
         assert password not in body
     assert password not in str(md)
+
+
+def test_rows_no_partition_reads_are_counted_not_dropped(shapes, mysql_db, mysql_url,
+                                                         s3_resource, s3_client, spark_resource):
+    with shapes.cursor() as cur:
+        cur.execute("DROP TABLE IF EXISTS odd_rows")
+        cur.execute("CREATE TABLE odd_rows (id INT PRIMARY KEY, update_at DATETIME NULL, "
+                    "KEY (update_at))")
+        cur.execute("SET SESSION sql_mode = ''")
+        cur.execute(
+            "INSERT INTO odd_rows VALUES (1, '2025-03-04 10:00:00'), (2, NULL), (3, NULL), "
+            "(4, '0000-00-00 00:00:00'), (5, '2024-12-31 23:59:59'), (6, '2025-03-04 11:00:00')"
+        )
+    cfg = table_cfg(mysql_db, "odd_rows")
+    result = backup(cfg, resources(mysql_url, s3_resource, spark_resource), partition="2025-03-04")
+    md = result.get_asset_materialization_events()[0].materialization.metadata
+    assert md["null_cursor_rows"].value == 2
+    assert md["zero_date_cursor_rows"].value == 1
+    assert md["rows_before_start"].value == 1
+    ids = read_manifest_ids(s3_client, s3_resource.bucket,
+                            manifest_keys(store_for(s3_resource), cfg.name))
+    assert sorted(ids) == [1, 6]
