@@ -18,17 +18,13 @@ setting, and later runs only move the cursors forward from where `set` put them.
 
 from __future__ import annotations
 
-import calendar
 import json
 import logging
 import os
-import re
 import sys
-import threading
-import time
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from functools import wraps
 from typing import Any
 
@@ -36,7 +32,15 @@ import click
 
 from s3rs_assets import logs
 from s3rs_assets.config import TableConfig, find_table, load_tables
+from s3rs_assets.discovery import discover, render_discovery
 from s3rs_assets.errors import ConfigError, S3rsError, WatermarkConflict
+from s3rs_assets.progress import SYNC_TAG, SyncMonitor, failure_reasons
+from s3rs_assets.times import (
+    TIMESTAMP_HELP,
+    parse_age,
+    parse_timestamp_syntax,
+    resolve_timestamp,
+)
 from s3rs_assets.watermark import (
     PartitionState,
     Position,
@@ -47,7 +51,6 @@ from s3rs_assets.watermark import (
 
 log = logging.getLogger("s3rs.cli")
 
-SYNC_TAG = "s3rs/cli_sync"  # unique per (command, table): finds the run while it executes
 MANUAL_STRATEGY = "manual_cli"
 
 
@@ -175,99 +178,6 @@ def main(ctx: click.Context, log_format: str | None, log_level: str) -> None:
     ctx.obj = {"log_format": fmt, "log_level": log_level.upper()}
 
 
-# -------------------------------------------------------------------------- timestamps
-
-_ABSOLUTE_FORMATS = (
-    "%Y-%m-%d %H:%M:%S.%f",
-    "%Y-%m-%d %H:%M:%S",
-    "%Y-%m-%dT%H:%M:%S.%f",
-    "%Y-%m-%dT%H:%M:%S",
-    "%Y-%m-%d %H:%M",
-    "%Y-%m-%d",
-)
-_RELATIVE = re.compile(r"^\s*(\d+)\s*([a-zA-Z]+)\s*(?:ago)?\s*$")
-_UNITS = {
-    **dict.fromkeys(("s", "sec", "secs", "second", "seconds"), timedelta(seconds=1)),
-    **dict.fromkeys(("m", "min", "mins", "minute", "minutes"), timedelta(minutes=1)),
-    **dict.fromkeys(("h", "hr", "hour", "hours"), timedelta(hours=1)),
-    **dict.fromkeys(("d", "day", "days"), timedelta(days=1)),
-    **dict.fromkeys(("w", "week", "weeks"), timedelta(weeks=1)),
-}
-_MONTHS = ("mo", "mon", "month", "months")
-TIMESTAMP_HELP = (
-    "'YYYY-MM-DD HH:MM:SS[.ffffff]' (or 'YYYY-MM-DD') in the source's time zone, or a time "
-    "before now such as 2h, 7d, 1week, 1month"
-)
-
-
-def _months_before(now: datetime, n: int) -> datetime:
-    index = now.year * 12 + now.month - 1 - n
-    year, month = divmod(index, 12)
-    day = min(now.day, calendar.monthrange(year, month + 1)[1])
-    return now.replace(year=year, month=month + 1, day=day)
-
-
-def parse_relative(text: str, now: datetime, what: str = "time") -> datetime | None:
-    """`7d`, `1week`, `1month`, `2h` before `now`; None when `text` is not relative."""
-    m = _RELATIVE.match(text or "")
-    if not m:
-        return None
-    n, unit = int(m.group(1)), m.group(2).lower()
-    if unit in _MONTHS:
-        return _months_before(now, n)
-    if unit not in _UNITS:
-        raise ConfigError(
-            f"invalid {what} {text!r}: unknown unit {unit!r} (use s, m, h, d, week or month)"
-        )
-    return now - n * _UNITS[unit]
-
-
-def parse_timestamp_syntax(text: str) -> datetime | None:
-    """The absolute timestamp in `text`; None if it is relative; ConfigError if neither."""
-    value = (text or "").strip()
-    if _RELATIVE.match(value):
-        return None
-    first_error = None
-    for fmt in _ABSOLUTE_FORMATS:
-        try:
-            return datetime.strptime(value, fmt)
-        except ValueError as e:
-            first_error = first_error or e
-    if re.match(r"^\d{4}-\d{1,2}-\d{1,2}", value):
-        # The date has the right shape but is not a date (2024-02-30): say why.
-        try:
-            datetime.strptime(value[:10], "%Y-%m-%d")
-            why = "time part not understood"
-        except ValueError as e:
-            why = str(e)
-        raise ConfigError(f"invalid timestamp {text!r}: {why}; expected {TIMESTAMP_HELP}")
-    raise ConfigError(f"invalid timestamp {text!r}: expected {TIMESTAMP_HELP}")
-
-
-def resolve_timestamp(text: str, source_now: datetime) -> datetime:
-    """Absolute or relative `text` as a naive source-clock timestamp, not after `source_now`."""
-    ts = parse_timestamp_syntax(text)
-    if ts is None:
-        ts = parse_relative(text, source_now, "timestamp")
-    if ts > source_now:
-        raise ConfigError(
-            f"timestamp {iso(ts)} is in the future of the source clock ({iso(source_now)}): "
-            "a watermark there would skip rows not written yet"
-        )
-    return ts
-
-
-def parse_age(text: str, option: str) -> timedelta:
-    """`--older-than 7d` (also 12h, 2week, 1month); ConfigError naming the option."""
-    now = datetime(2000, 3, 31)  # any fixed date: months count as calendar months from here
-    ts = parse_relative(text, now, option) if text else None
-    if ts is None:
-        raise ConfigError(
-            f"invalid {option} {text!r}: expected an age such as 12h, 7d, 2week or 1month"
-        )
-    return now - ts
-
-
 # --------------------------------------------------------------------------------- sync
 
 
@@ -319,9 +229,7 @@ def sync(
             echo(f"{table.name}: cannot plan the sync: {e}", err=True, fg="red")
             continue
         for plan in plans:
-            echo(
-                f"{table.name}: {' + '.join(plan.stages)}, partitions {plan.start} .. {plan.end}"
-            )
+            echo(f"{table.name}: {' + '.join(plan.stages)}, partitions {plan.start} .. {plan.end}")
             token = uuid.uuid4().hex
             monitor = SyncMonitor(table, plan.stages, inst, s3, token, tty=tty)
             monitor.start()
@@ -338,7 +246,7 @@ def sync(
             else:
                 failed.append(table.name)
                 echo(f"{table.name}: run {result.run_id} FAILED", err=True, fg="red")
-                for reason in _failure_reasons(result):
+                for reason in failure_reasons(result):
                     echo(f"  {reason}", err=True, fg="red")
                 break
     if failed:
@@ -351,231 +259,6 @@ def _execute(runner: Any, plan: Any, inst: Any, limit: int | None, tags: dict, q
     then re-emits the run's log messages in s3rs's format, redacted)."""
     loggers = {"console": {"config": {"log_level": "CRITICAL"}}} if quiet else None
     return runner.execute(plan, inst, limit=limit, extra_tags=tags, loggers=loggers)
-
-
-def _failure_reasons(result: Any) -> list[str]:
-    """One line per failed step: the innermost cause (the s3rs error), not Dagster's wrapper."""
-    out = []
-    try:
-        for ev in result.get_step_failure_events():
-            err = ev.step_failure_data.error
-            while err is not None and err.cause is not None:
-                err = err.cause
-            msg = ((err.message if err else "") or "step failed").strip()
-            out.append(f"{ev.step_key}: {msg.splitlines()[0]}")
-    except Exception:  # noqa: BLE001 - best effort; the UI has the full story
-        pass
-    return out[:5]
-
-
-_CHUNK_MSG = re.compile(r"^(?P<table>\S+) (?P<partition>\S+): chunk (?P<chunk>\d+) ")
-
-
-class SyncMonitor:
-    """Follows one table's run while `execute_job` runs it in this thread.
-
-    Progress comes from two places, polled every half second from a daemon thread:
-
-    * the watermark primary in S3 (rows per partition, cursor, which partition moves):
-      read raw, never through recovery, so watching cannot change anything;
-    * the run's Dagster event log (found by the run's unique SYNC_TAG): step starts and
-      failures, and the chunk numbers of the backup's log messages. When the runner lets
-      the CLI silence Dagster's console logger, these messages are re-emitted through the
-      `s3rs.run` logger (so in the chosen format, through the redaction filter).
-
-    On a terminal it redraws one status line; otherwise it logs a `progress` line per
-    chunk checkpoint.
-    """
-
-    def __init__(
-        self, table: TableConfig, stages: tuple[str, ...], inst: Any, s3: Any, token: str,
-        *, tty: bool, interval: float = 0.5,
-    ):
-        self.table = table
-        self.stages = stages
-        self.inst = inst
-        self.s3 = s3
-        self.token = token
-        self.tty = tty
-        self.interval = interval
-        self.echo_events = True  # runner.execute silences Dagster's own console logger
-        self.run_id: str | None = None
-        self._cursor: str | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="s3rs-sync-monitor", daemon=True)
-        self._client = s3.client()
-        self._key = _store(s3).primary_key(table.name)
-        self._base = self._read()
-        self._t0 = time.monotonic()
-        self._last: tuple | None = None
-        self._chunk = 0
-        self._partition: str | None = None
-        self._first: tuple[float, int] | None = None
-        self._drawn = False
-        self.run_log = logging.getLogger("s3rs.run")
-        self.progress_log = logging.getLogger("s3rs.progress")
-        self.snapshots: list[dict[str, Any]] = []
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-        self._poll()  # the last events and the final counts
-        self._clear()
-
-    # --------------------------------------------------------------------- sources
-
-    def _read(self) -> WatermarkRecord | None:
-        try:
-            body = self._client.get_object(Bucket=self.s3.bucket, Key=self._key)["Body"].read()
-            return WatermarkRecord.from_json(body, table_name=self.table.name)
-        except Exception:  # noqa: BLE001 - missing or mid-write: keep the last view
-            return None
-
-    def _find_run(self) -> None:
-        import dagster as dg
-
-        runs = self.inst.get_runs(filters=dg.RunsFilter(tags={SYNC_TAG: self.token}), limit=1)
-        if runs:
-            self.run_id = runs[0].run_id
-            self._t0 = time.monotonic()
-
-    def _events(self) -> None:
-        if self.run_id is None:
-            return
-        while True:
-            conn = self.inst.get_records_for_run(self.run_id, cursor=self._cursor, limit=500)
-            for rec in conn.records:
-                self._event(rec.event_log_entry)
-            self._cursor = conn.cursor
-            if not conn.has_more:
-                return
-
-    def _event(self, entry: Any) -> None:
-        msg = entry.user_message or ""
-        ev = entry.dagster_event
-        m = _CHUNK_MSG.match(msg)
-        if m and m["table"] == self.table.name:
-            self._chunk, self._partition = int(m["chunk"]), m["partition"]
-        if not self.echo_events:
-            return
-        extra = {"table": self.table.name, "run_id": self.run_id}
-        if ev is None:
-            self._log(self.run_log, entry.level, msg, event="run_log", **extra)
-            return
-        kind = ev.event_type_value
-        if kind in ("STEP_START", "STEP_SUCCESS", "RUN_START", "RUN_SUCCESS"):
-            self._log(self.run_log, logging.INFO, msg or kind.lower(), event=kind.lower(),
-                      stage=ev.step_key, **extra)
-        elif kind in ("STEP_FAILURE", "RUN_FAILURE", "ENGINE_EVENT") and entry.level >= 40:
-            self._log(self.run_log, logging.ERROR, msg or kind.lower(), event=kind.lower(),
-                      stage=ev.step_key, **extra)
-        elif kind == "ASSET_MATERIALIZATION":
-            self._log(self.run_log, logging.INFO, msg or "materialized",
-                      event="asset_materialization", stage=ev.step_key, **extra)
-
-    # ------------------------------------------------------------------- progress
-
-    def snapshot(self, rec: WatermarkRecord | None) -> dict[str, Any] | None:
-        if rec is None or self.run_id is None:
-            return None
-        base = self._base
-        rows = 0
-        newest: tuple[datetime, str] | None = None
-        for key, p in rec.partitions.items():
-            if p.run_id != self.run_id:
-                continue
-            before = base.partitions.get(key) if base else None
-            start = 0 if before is None or p.recomputes > before.recomputes else before.rows
-            rows += max(0, p.rows - start)
-            if newest is None or p.updated_at > newest[0]:
-                newest = (p.updated_at, key)
-        loaded = rec.redshift_rows_loaded - (base.redshift_rows_loaded if base else 0)
-        partition = newest[1] if newest else self._partition
-        state = rec.partitions.get(partition) if partition else None
-        now = time.monotonic()
-        seconds = max(now - self._t0, 1e-6)
-        if self._first is None and rows:
-            self._first = (now, rows)
-        if self._first is not None and rows > self._first[1] and now - self._first[0] > 0.2:
-            # Rows per second of reading, from the first checkpoint seen (Spark's start-up
-            # before it would only dilute the rate).
-            rate = (rows - self._first[1]) / (now - self._first[0])
-        else:
-            rate = rows / seconds
-        return {
-            "table": self.table.name,
-            "partition": partition,
-            "chunk": self._chunk or None,
-            "rows": rows,
-            "rows_per_second": round(rate, 1),
-            "rows_loaded": max(0, loaded),
-            "cursor": str(state.cursor) if state and state.cursor else None,
-            "status": state.status if state else None,
-            "seconds": round(seconds, 1),
-        }
-
-    def _poll(self) -> None:
-        try:
-            if self.run_id is None:
-                self._find_run()
-            self._events()
-        except Exception:  # noqa: BLE001 - the display must never break the sync
-            log.debug("sync monitor: event poll failed", exc_info=True)
-        snap = self.snapshot(self._read())
-        if snap is None:
-            return
-        sig = (snap["partition"], snap["cursor"], snap["rows"], snap["rows_loaded"], snap["chunk"])
-        if sig == self._last:
-            if self.tty:
-                self._draw(snap)
-            return
-        self._last = sig
-        self.snapshots.append(snap)
-        if self.tty:
-            self._draw(snap)
-        elif snap["rows"] or snap["rows_loaded"]:
-            parts = [f"partition {snap['partition']}"]
-            if snap["chunk"]:
-                parts.append(f"chunk {snap['chunk']}")
-            parts += [f"{snap['rows']:,} rows", f"{snap['rows_per_second']:,.0f} rows/s"]
-            if "load" in self.stages:
-                parts.append(f"{snap['rows_loaded']:,} rows loaded")
-            if snap["cursor"]:
-                parts.append(f"cursor {snap['cursor']}")
-            self._log(
-                self.progress_log, logging.INFO, f"{self.table.name}: " + ", ".join(parts),
-                event="progress", table=snap["table"], partition=snap["partition"],
-                chunk=snap["chunk"], rows=snap["rows"], rows_per_second=snap["rows_per_second"],
-                seconds=snap["seconds"], cursor=snap["cursor"], run_id=self.run_id,
-            )
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval):
-            self._poll()
-
-    def _log(self, logger: logging.Logger, level: int, msg: str, **extra: Any) -> None:
-        self._clear()
-        logger.log(level, msg, extra={k: v for k, v in extra.items() if v is not None})
-
-    def _draw(self, snap: dict[str, Any]) -> None:
-        line = (
-            f"{self.table.name}  {snap['partition'] or '-'}  chunk {snap['chunk'] or '-'}  "
-            f"{snap['rows']:,} rows  {snap['rows_per_second']:,.0f} rows/s"
-        )
-        if "load" in self.stages:
-            line += f"  loaded {snap['rows_loaded']:,}"
-        sys.stderr.write("\r\x1b[2K" + logs.redact(line))
-        sys.stderr.flush()
-        self._drawn = True
-
-    def _clear(self) -> None:
-        if self._drawn:
-            sys.stderr.write("\r\x1b[2K")
-            sys.stderr.flush()
-            self._drawn = False
 
 
 # ---------------------------------------------------------------------------- watermark
@@ -835,6 +518,7 @@ def _manual_change(
         return
     if not yes:
         click.confirm("Apply this change?", abort=True, err=True)
+
     def guarded(rec: WatermarkRecord) -> None:
         # Apply only to the record that was shown: a run (or another operator) writing it
         # since then makes this fail instead of silently mixing the two.
@@ -1022,8 +706,13 @@ def _age(seconds: int | None) -> str:
         return "?"
     neg, s = seconds < 0, abs(seconds)
     out = (
-        f"{s}s" if s < 120 else f"{s // 60}m" if s < 7200 else
-        f"{s // 3600}h" if s < 172800 else f"{s // 86400}d"
+        f"{s}s"
+        if s < 120
+        else f"{s // 60}m"
+        if s < 7200
+        else f"{s // 3600}h"
+        if s < 172800
+        else f"{s // 86400}d"
     )
     return "-" + out if neg else out
 
@@ -1042,9 +731,7 @@ def watermark_backup_status(name: str, as_json: bool) -> None:
     echo(f"Watermark copies of {table.name}  ({'healthy' if status['healthy'] else 'UNHEALTHY'})")
     for loc in ("primary", "daily", "session"):
         e = status[loc]
-        state = (
-            "missing" if not e["present"] else "valid" if e["valid"] else "INVALID"
-        )
+        state = "missing" if not e["present"] else "valid" if e["valid"] else "INVALID"
         extra = []
         if loc != "primary":
             extra.append(f"{e.get('count', 0)} copies")
@@ -1060,8 +747,12 @@ def watermark_backup_status(name: str, as_json: bool) -> None:
 
 
 @watermark.command("cleanup-backups")
-@click.option("--days-to-keep", type=click.IntRange(min=0), required=True,
-              help="Delete daily/session backups written more than N days ago.")
+@click.option(
+    "--days-to-keep",
+    type=click.IntRange(min=0),
+    required=True,
+    help="Delete daily/session backups written more than N days ago.",
+)
 @click.option("--dry-run", is_flag=True, help="List what would be deleted.")
 @click.option("--json", "as_json", is_flag=True)
 @friendly_errors
@@ -1139,7 +830,7 @@ def _list_data(s3: Any, table: TableConfig) -> list[dict[str, Any]]:
             out.append(
                 {
                     "key": o["Key"],
-                    "partition": o["Key"][len(prefix):].split("/", 1)[0],
+                    "partition": o["Key"][len(prefix) :].split("/", 1)[0],
                     "bytes": o["Size"],
                     "last_modified": o["LastModified"],
                     "etag": o["ETag"].strip('"'),
@@ -1191,14 +882,20 @@ def s3clean_list(name: str, as_json: bool) -> None:
     s3 = _s3()
     objs, source, fallback = _classify(s3, table)
     if as_json:
-        _dump({"table": table.name, "load_state_from": source, "files": [
-            {**o, "last_modified": o["last_modified"].isoformat()} for o in objs
-        ]})
+        _dump(
+            {
+                "table": table.name,
+                "load_state_from": source,
+                "files": [{**o, "last_modified": o["last_modified"].isoformat()} for o in objs],
+            }
+        )
         return
     if fallback:
         echo(f"warning: {source}", err=True)
-    echo(f"{table.name}: {len(objs)} file(s), {_size(sum(o['bytes'] for o in objs))} "
-         f"(load state from {source})")
+    echo(
+        f"{table.name}: {len(objs)} file(s), {_size(sum(o['bytes'] for o in objs))} "
+        f"(load state from {source})"
+    )
     for o in objs:
         echo(
             f"  {o['key']}  {_size(o['bytes']):>10}  "
@@ -1208,8 +905,9 @@ def s3clean_list(name: str, as_json: bool) -> None:
     echo("  " + ", ".join(f"{n} {s}" for s, n in counts.items()))
 
 
-def _clean(tables: list[TableConfig], older_than: str | None, dry_run: bool, force: bool,
-           as_json: bool) -> None:
+def _clean(
+    tables: list[TableConfig], older_than: str | None, dry_run: bool, force: bool, as_json: bool
+) -> None:
     age = parse_age(older_than, "--older-than") if older_than is not None else None
     s3 = _s3()
     client = s3.client()
@@ -1228,7 +926,7 @@ def _clean(tables: list[TableConfig], older_than: str | None, dry_run: bool, for
         deleted, failed = [], {}
         if not dry_run:
             for i in range(0, len(doomed), 1000):
-                batch = [o["key"] for o in doomed[i:i + 1000]]
+                batch = [o["key"] for o in doomed[i : i + 1000]]
                 resp = client.delete_objects(
                     Bucket=s3.bucket, Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True}
                 )
@@ -1236,19 +934,21 @@ def _clean(tables: list[TableConfig], older_than: str | None, dry_run: bool, for
                 failed.update(errs)
                 deleted += [k for k in batch if k not in errs]
         lost = [o["key"] for o in doomed if o["state"] == "unloaded"]
-        summary.append({
-            "table": table.name,
-            "dry_run": dry_run,
-            "older_than": older_than,
-            "load_state_from": source,
-            "candidates": len(old),
-            "deleted" if not dry_run else "would_delete": (
-                deleted if not dry_run else [o["key"] for o in doomed]
-            ),
-            "kept_unloaded": [o["key"] for o in kept],
-            "forced_unloaded": lost,
-            "failed": failed,
-        })
+        summary.append(
+            {
+                "table": table.name,
+                "dry_run": dry_run,
+                "older_than": older_than,
+                "load_state_from": source,
+                "candidates": len(old),
+                "deleted" if not dry_run else "would_delete": (
+                    deleted if not dry_run else [o["key"] for o in doomed]
+                ),
+                "kept_unloaded": [o["key"] for o in kept],
+                "forced_unloaded": lost,
+                "failed": failed,
+            }
+        )
         any_failed = any_failed or bool(failed)
         if as_json:
             continue
@@ -1256,8 +956,10 @@ def _clean(tables: list[TableConfig], older_than: str | None, dry_run: bool, for
         n = len(doomed) if dry_run else len(deleted)
         size = sum(o["bytes"] for o in doomed if dry_run or o["key"] in deleted)
         age_txt = f" older than {older_than}" if older_than else ""
-        echo(f"{table.name}: {verb} {n} file(s){age_txt} ({_size(size)}); "
-             f"kept {len(kept)} not yet loaded (load state from {source})")
+        echo(
+            f"{table.name}: {verb} {n} file(s){age_txt} ({_size(size)}); "
+            f"kept {len(kept)} not yet loaded (load state from {source})"
+        )
         for o in doomed if dry_run else [o for o in doomed if o["key"] in deleted]:
             echo(f"  {verb}: {o['key']}  ({o['state']})")
         for o in kept:
@@ -1295,8 +997,9 @@ def _clean_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--older-than", help="Only files last written longer ago than this (7d, 1month).")
 @_clean_options
 @friendly_errors
-def s3clean_clean(name: str, older_than: str | None, dry_run: bool, force: bool,
-                  as_json: bool) -> None:
+def s3clean_clean(
+    name: str, older_than: str | None, dry_run: bool, force: bool, as_json: bool
+) -> None:
     """Delete a table's loaded parquet files (all ages unless --older-than).
 
     A file counts as loaded when the warehouse's load ledger lists it; when the warehouse
@@ -1328,138 +1031,6 @@ def s3clean_clean_all(older_than: str, dry_run: bool, force: bool, as_json: bool
 @main.group()
 def tables() -> None:
     """Help with tables.yaml."""
-
-
-CURSOR_NAME = re.compile(
-    r"^(last_?)?(update|updated|modify|modified|mod|change|changed|edit|edited)"
-    r"(_?(at|time|ts|date|datetime|on|timestamp|dt))?$|^(mtime|last_modified|lastmodified)$",
-    re.IGNORECASE,
-)
-_PREFERRED = ("update_at", "updated_at", "modified_at", "update_time", "updated_time")
-
-
-def _rank(name: str) -> int:
-    low = name.lower()
-    return _PREFERRED.index(low) if low in _PREFERRED else len(_PREFERRED)
-
-
-def discover(conn: Any, schema: str) -> tuple[list[dict[str, Any]], list[tuple[str, str]]]:
-    """(usable tables as tables.yaml entries, [(table, why left out)])."""
-    from s3rs_assets.identifiers import check_identifier
-    from s3rs_assets.types import SourceColumn, column_type
-
-    check_identifier(schema, "schema")
-    with conn.cursor() as cur:
-        cur.execute(
-            "SELECT TABLE_NAME, TABLE_TYPE FROM information_schema.TABLES "
-            "WHERE TABLE_SCHEMA = %s ORDER BY TABLE_NAME",
-            (schema,),
-        )
-        found = cur.fetchall()
-        cur.execute(
-            "SELECT TABLE_NAME, COLUMN_NAME, LOWER(DATA_TYPE), LOWER(COLUMN_TYPE), IS_NULLABLE, "
-            "CHARACTER_MAXIMUM_LENGTH, NUMERIC_PRECISION, NUMERIC_SCALE "
-            "FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s "
-            "ORDER BY TABLE_NAME, ORDINAL_POSITION",
-            (schema,),
-        )
-        columns: dict[str, list[SourceColumn]] = {}
-        for r in cur.fetchall():
-            columns.setdefault(r[0], []).append(
-                SourceColumn(r[1], r[2], r[3], r[4] == "YES", r[5], r[6], r[7])
-            )
-        cur.execute(
-            "SELECT TABLE_NAME, INDEX_NAME, SEQ_IN_INDEX, COLUMN_NAME "
-            "FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s "
-            "ORDER BY TABLE_NAME, INDEX_NAME, SEQ_IN_INDEX",
-            (schema,),
-        )
-        pks: dict[str, list[str]] = {}
-        leading: dict[str, set[str]] = {}
-        for tname, index, seq, col in cur.fetchall():
-            if index == "PRIMARY":
-                pks.setdefault(tname, []).append(col)
-            if seq == 1:
-                leading.setdefault(tname, set()).add(col.lower())
-    if not found:
-        raise ConfigError(f"schema {schema!r} does not exist or holds no table this user can see")
-    usable, skipped = [], []
-    for tname, ttype in found:
-        qualified = f"{schema}.{tname}"
-        if ttype != "BASE TABLE":
-            skipped.append((qualified, f"a {ttype.lower()}, not a table"))
-            continue
-        try:
-            check_identifier(tname, "table")
-        except ConfigError:
-            skipped.append((qualified, "name is not a plain identifier s3rs accepts"))
-            continue
-        cols = columns.get(tname, [])
-        bad = []
-        for c in cols:
-            try:
-                column_type(c)
-            except S3rsError:
-                bad.append(f"{c.name} ({c.column_type})")
-        if bad:
-            skipped.append((qualified, f"column type(s) s3rs cannot carry: {', '.join(bad)}"))
-            continue
-        pk = pks.get(tname)
-        if not pk:
-            skipped.append((qualified, "no primary key"))
-            continue
-        temporal = [c for c in cols if c.data_type in ("datetime", "timestamp")]
-        named = [c for c in temporal if CURSOR_NAME.match(c.name)]
-        if not named:
-            have = ", ".join(c.name for c in temporal) or "none"
-            skipped.append(
-                (qualified, f"no DATETIME/TIMESTAMP column named like updated_at "
-                            f"(date/time columns: {have})")
-            )
-            continue
-        idx = leading.get(tname, set())
-        named.sort(key=lambda c: (c.name.lower() not in idx, _rank(c.name), c.name))
-        cursor = named[0]
-        entry: dict[str, Any] = {
-            "name": qualified,
-            "cursor": cursor.name,
-            "primary_key": pk,
-            "indexed": cursor.name.lower() in idx,
-            "nullable": cursor.nullable,
-            "others": [c.name for c in named[1:]],
-        }
-        usable.append(entry)
-    return usable, skipped
-
-
-def render_discovery(schema: str, usable: list[dict[str, Any]],
-                     skipped: list[tuple[str, str]]) -> str:
-    lines = [
-        f"# tables.yaml entries for MySQL schema `{schema}`, found by `s3rs tables discover`.",
-        "# Review the cursor, primary key and start of each before using them.",
-        "tables:" if usable else "tables: []",
-    ]
-    for e in usable:
-        lines.append(f"  - name: {e['name']}")
-        lines.append(f"    cursor: {e['cursor']}")
-        lines.append(f"    primary_key: [{', '.join(e['primary_key'])}]")
-        if not e["indexed"]:
-            lines.append(
-                f"    # {e['cursor']} has no index: chunk planning scans the table; add "
-                f"INDEX ({e['cursor']}, {', '.join(e['primary_key'])})"
-            )
-        if e["nullable"]:
-            lines.append(
-                f"    # {e['cursor']} is nullable: rows with NULL are reported, not copied"
-            )
-        if e["others"]:
-            lines.append(f"    # other candidate cursors: {', '.join(e['others'])}")
-        lines.append("    start: 2025-01-01  # first partition; set it to the oldest data you need")
-        lines.append("    partition: daily")
-    if skipped:
-        lines.append("# Left out:")
-        lines += [f"#   {name}: {why}" for name, why in skipped]
-    return "\n".join(lines)
 
 
 @tables.command("discover")
@@ -1504,32 +1075,46 @@ def verify(name: str, from_key: str | None, to_key: str | None, as_json: bool) -
     if lo > hi:
         raise ConfigError(f"--from {from_key} is after --to {to_key}")
     pdef = partitions_def(table)
-    parts = [(k, *window(pdef, k)) for k in keys[lo:hi + 1]]
+    parts = [(k, *window(pdef, k)) for k in keys[lo : hi + 1]]
     mysql, warehouse = _mysql(), _warehouse()
     target = load_target(table, mysql)
     with mysql.connect() as conn:
         checks = verify_table(conn, warehouse, target, table, parts)
     bad = [c for c in checks if not c.ok]
     if as_json:
-        _dump({
-            "table": table.name,
-            "target": target.qualified,
-            "ok": not bad,
-            "partitions": [
-                {"partition": c.partition, "mysql_rows": c.mysql_rows,
-                 "warehouse_rows": c.warehouse_rows, "checksum_match":
-                 c.mysql_checksum == c.warehouse_checksum, "ok": c.ok}
-                for c in checks
-            ],
-        })
+        _dump(
+            {
+                "table": table.name,
+                "target": target.qualified,
+                "ok": not bad,
+                "partitions": [
+                    {
+                        "partition": c.partition,
+                        "mysql_rows": c.mysql_rows,
+                        "warehouse_rows": c.warehouse_rows,
+                        "checksum_match": c.mysql_checksum == c.warehouse_checksum,
+                        "ok": c.ok,
+                    }
+                    for c in checks
+                ],
+            }
+        )
     else:
         shown = [c for c in checks if not (c.ok and c.mysql_rows == 0)]
         echo(f"{table.name} (MySQL) vs {target.qualified} ({warehouse.dialect})")
         echo(f"  {'PARTITION':<18} {'MYSQL ROWS':>12} {'WAREHOUSE ROWS':>15}  RESULT")
         for c in shown:
-            result = "ok" if c.ok else (
-                "MISMATCH: " + ("rows differ" if c.mysql_rows != c.warehouse_rows
-                                else "checksum of (key, cursor) differs")
+            result = (
+                "ok"
+                if c.ok
+                else (
+                    "MISMATCH: "
+                    + (
+                        "rows differ"
+                        if c.mysql_rows != c.warehouse_rows
+                        else "checksum of (key, cursor) differs"
+                    )
+                )
             )
             echo(f"  {c.partition:<18} {c.mysql_rows:>12,} {c.warehouse_rows:>15,}  {result}")
         empty = len(checks) - len(shown)

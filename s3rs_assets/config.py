@@ -7,7 +7,6 @@ opened or any object written, with a message naming the table and the field.
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from pathlib import Path
@@ -18,26 +17,11 @@ import yaml
 
 from s3rs_assets.errors import ConfigError
 from s3rs_assets.identifiers import check_identifier, split_qualified
+from s3rs_assets.times import parse_duration
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_TABLES_FILE = REPO_ROOT / "tables.yaml"
 
-_DURATION = re.compile(r"^\s*(\d+)\s*(s|sec|m|min|h|hour|hours|d|day|days|w|week|weeks)\s*$")
-_UNIT_SECONDS = {
-    "s": 1,
-    "sec": 1,
-    "m": 60,
-    "min": 60,
-    "h": 3600,
-    "hour": 3600,
-    "hours": 3600,
-    "d": 86400,
-    "day": 86400,
-    "days": 86400,
-    "w": 604800,
-    "week": 604800,
-    "weeks": 604800,
-}
 _KNOWN_KEYS = {
     "name",
     "cursor",
@@ -50,16 +34,6 @@ _KNOWN_KEYS = {
     "parallelism",
     "reader",
 }
-
-
-def parse_duration(value: object, what: str = "duration") -> timedelta:
-    """Parse `5m`, `30s`, `2h`, `7d`, `1week` (or a number of seconds)."""
-    if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
-        return timedelta(seconds=value)
-    m = _DURATION.match(str(value)) if isinstance(value, str) else None
-    if not m:
-        raise ConfigError(f"invalid {what} {value!r}: expected e.g. '30s', '5m', '2h', '7d'")
-    return timedelta(seconds=int(m.group(1)) * _UNIT_SECONDS[m.group(2)])
 
 
 def parse_start(value: object, table: str) -> datetime:

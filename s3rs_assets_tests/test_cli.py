@@ -20,7 +20,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from s3rs_assets import cli
+from s3rs_assets import cli, times
 from s3rs_assets.config import TableConfig
 from s3rs_assets.io_manager import store_for
 from s3rs_assets.resources import S3Resource
@@ -294,9 +294,9 @@ def test_set_relative_times(stack, text, delta):
 
 
 def test_relative_month_is_a_calendar_month():
-    assert cli.parse_relative("1month", datetime(2025, 3, 31, 8), "t") == datetime(2025, 2, 28, 8)
-    assert cli.parse_relative("2months", datetime(2025, 1, 15), "t") == datetime(2024, 11, 15)
-    assert cli.parse_age("1week", "--older-than") == timedelta(days=7)
+    assert times.parse_relative("1month", datetime(2025, 3, 31, 8), "t") == datetime(2025, 2, 28, 8)
+    assert times.parse_relative("2months", datetime(2025, 1, 15), "t") == datetime(2024, 11, 15)
+    assert times.parse_age("1week", "--older-than") == timedelta(days=7)
 
 
 def test_set_asks_before_writing_and_dry_run_writes_nothing(stack):

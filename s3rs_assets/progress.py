@@ -1,0 +1,279 @@
+"""What `s3rs sync` shows while a run executes: a live line on a terminal, log lines
+otherwise, and the root cause of a failed step (the s3rs error, not Dagster's wrapper)."""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+import threading
+import time
+from datetime import datetime
+from typing import Any
+
+from s3rs_assets import logs
+from s3rs_assets.config import TableConfig
+from s3rs_assets.io_manager import store_for
+from s3rs_assets.watermark import WatermarkRecord
+
+log = logging.getLogger("s3rs.cli")
+
+SYNC_TAG = "s3rs/cli_sync"  # unique per (command, table): finds the run while it executes
+
+
+def failure_reasons(result: Any) -> list[str]:
+    """One line per failed step: the innermost cause (the s3rs error), not Dagster's wrapper."""
+    out = []
+    try:
+        for ev in result.get_step_failure_events():
+            err = ev.step_failure_data.error
+            while err is not None and err.cause is not None:
+                err = err.cause
+            msg = ((err.message if err else "") or "step failed").strip()
+            out.append(f"{ev.step_key}: {msg.splitlines()[0]}")
+    except Exception:  # noqa: BLE001 - best effort; the UI has the full story
+        pass
+    return out[:5]
+
+
+_CHUNK_MSG = re.compile(r"^(?P<table>\S+) (?P<partition>\S+): chunk (?P<chunk>\d+) ")
+
+
+class SyncMonitor:
+    """Follows one table's run while `execute_job` runs it in this thread.
+
+    Progress comes from two places, polled every half second from a daemon thread:
+
+    * the watermark primary in S3 (rows per partition, cursor, which partition moves):
+      read raw, never through recovery, so watching cannot change anything;
+    * the run's Dagster event log (found by the run's unique SYNC_TAG): step starts and
+      failures, and the chunk numbers of the backup's log messages. When the runner lets
+      the CLI silence Dagster's console logger, these messages are re-emitted through the
+      `s3rs.run` logger (so in the chosen format, through the redaction filter).
+
+    On a terminal it redraws one status line; otherwise it logs a `progress` line per
+    chunk checkpoint.
+    """
+
+    def __init__(
+        self,
+        table: TableConfig,
+        stages: tuple[str, ...],
+        inst: Any,
+        s3: Any,
+        token: str,
+        *,
+        tty: bool,
+        interval: float = 0.5,
+    ):
+        self.table = table
+        self.stages = stages
+        self.inst = inst
+        self.s3 = s3
+        self.token = token
+        self.tty = tty
+        self.interval = interval
+        self.echo_events = True  # runner.execute silences Dagster's own console logger
+        self.run_id: str | None = None
+        self._cursor: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="s3rs-sync-monitor", daemon=True)
+        self._client = s3.client()
+        self._key = store_for(s3).primary_key(table.name)
+        self._base = self._read()
+        self._t0 = time.monotonic()
+        self._last: tuple | None = None
+        self._chunk = 0
+        self._partition: str | None = None
+        self._first: tuple[float, int] | None = None
+        self._drawn = False
+        self.run_log = logging.getLogger("s3rs.run")
+        self.progress_log = logging.getLogger("s3rs.progress")
+        self.snapshots: list[dict[str, Any]] = []
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        self._poll()  # the last events and the final counts
+        self._clear()
+
+    # --------------------------------------------------------------------- sources
+
+    def _read(self) -> WatermarkRecord | None:
+        try:
+            body = self._client.get_object(Bucket=self.s3.bucket, Key=self._key)["Body"].read()
+            return WatermarkRecord.from_json(body, table_name=self.table.name)
+        except Exception:  # noqa: BLE001 - missing or mid-write: keep the last view
+            return None
+
+    def _find_run(self) -> None:
+        import dagster as dg
+
+        runs = self.inst.get_runs(filters=dg.RunsFilter(tags={SYNC_TAG: self.token}), limit=1)
+        if runs:
+            self.run_id = runs[0].run_id
+            self._t0 = time.monotonic()
+
+    def _events(self) -> None:
+        if self.run_id is None:
+            return
+        while True:
+            conn = self.inst.get_records_for_run(self.run_id, cursor=self._cursor, limit=500)
+            for rec in conn.records:
+                self._event(rec.event_log_entry)
+            self._cursor = conn.cursor
+            if not conn.has_more:
+                return
+
+    def _event(self, entry: Any) -> None:
+        msg = entry.user_message or ""
+        ev = entry.dagster_event
+        m = _CHUNK_MSG.match(msg)
+        if m and m["table"] == self.table.name:
+            self._chunk, self._partition = int(m["chunk"]), m["partition"]
+        if not self.echo_events:
+            return
+        extra = {"table": self.table.name, "run_id": self.run_id}
+        if ev is None:
+            self._log(self.run_log, entry.level, msg, event="run_log", **extra)
+            return
+        kind = ev.event_type_value
+        if kind in ("STEP_START", "STEP_SUCCESS", "RUN_START", "RUN_SUCCESS"):
+            self._log(
+                self.run_log,
+                logging.INFO,
+                msg or kind.lower(),
+                event=kind.lower(),
+                stage=ev.step_key,
+                **extra,
+            )
+        elif kind in ("STEP_FAILURE", "RUN_FAILURE", "ENGINE_EVENT") and entry.level >= 40:
+            self._log(
+                self.run_log,
+                logging.ERROR,
+                msg or kind.lower(),
+                event=kind.lower(),
+                stage=ev.step_key,
+                **extra,
+            )
+        elif kind == "ASSET_MATERIALIZATION":
+            self._log(
+                self.run_log,
+                logging.INFO,
+                msg or "materialized",
+                event="asset_materialization",
+                stage=ev.step_key,
+                **extra,
+            )
+
+    # ------------------------------------------------------------------- progress
+
+    def snapshot(self, rec: WatermarkRecord | None) -> dict[str, Any] | None:
+        if rec is None or self.run_id is None:
+            return None
+        base = self._base
+        rows = 0
+        newest: tuple[datetime, str] | None = None
+        for key, p in rec.partitions.items():
+            if p.run_id != self.run_id:
+                continue
+            before = base.partitions.get(key) if base else None
+            start = 0 if before is None or p.recomputes > before.recomputes else before.rows
+            rows += max(0, p.rows - start)
+            if newest is None or p.updated_at > newest[0]:
+                newest = (p.updated_at, key)
+        loaded = rec.redshift_rows_loaded - (base.redshift_rows_loaded if base else 0)
+        partition = newest[1] if newest else self._partition
+        state = rec.partitions.get(partition) if partition else None
+        now = time.monotonic()
+        seconds = max(now - self._t0, 1e-6)
+        if self._first is None and rows:
+            self._first = (now, rows)
+        if self._first is not None and rows > self._first[1] and now - self._first[0] > 0.2:
+            # Rows per second of reading, from the first checkpoint seen (Spark's start-up
+            # before it would only dilute the rate).
+            rate = (rows - self._first[1]) / (now - self._first[0])
+        else:
+            rate = rows / seconds
+        return {
+            "table": self.table.name,
+            "partition": partition,
+            "chunk": self._chunk or None,
+            "rows": rows,
+            "rows_per_second": round(rate, 1),
+            "rows_loaded": max(0, loaded),
+            "cursor": str(state.cursor) if state and state.cursor else None,
+            "status": state.status if state else None,
+            "seconds": round(seconds, 1),
+        }
+
+    def _poll(self) -> None:
+        try:
+            if self.run_id is None:
+                self._find_run()
+            self._events()
+        except Exception:  # noqa: BLE001 - the display must never break the sync
+            log.debug("sync monitor: event poll failed", exc_info=True)
+        snap = self.snapshot(self._read())
+        if snap is None:
+            return
+        sig = (snap["partition"], snap["cursor"], snap["rows"], snap["rows_loaded"], snap["chunk"])
+        if sig == self._last:
+            if self.tty:
+                self._draw(snap)
+            return
+        self._last = sig
+        self.snapshots.append(snap)
+        if self.tty:
+            self._draw(snap)
+        elif snap["rows"] or snap["rows_loaded"]:
+            parts = [f"partition {snap['partition']}"]
+            if snap["chunk"]:
+                parts.append(f"chunk {snap['chunk']}")
+            parts += [f"{snap['rows']:,} rows", f"{snap['rows_per_second']:,.0f} rows/s"]
+            if "load" in self.stages:
+                parts.append(f"{snap['rows_loaded']:,} rows loaded")
+            if snap["cursor"]:
+                parts.append(f"cursor {snap['cursor']}")
+            self._log(
+                self.progress_log,
+                logging.INFO,
+                f"{self.table.name}: " + ", ".join(parts),
+                event="progress",
+                table=snap["table"],
+                partition=snap["partition"],
+                chunk=snap["chunk"],
+                rows=snap["rows"],
+                rows_per_second=snap["rows_per_second"],
+                seconds=snap["seconds"],
+                cursor=snap["cursor"],
+                run_id=self.run_id,
+            )
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._poll()
+
+    def _log(self, logger: logging.Logger, level: int, msg: str, **extra: Any) -> None:
+        self._clear()
+        logger.log(level, msg, extra={k: v for k, v in extra.items() if v is not None})
+
+    def _draw(self, snap: dict[str, Any]) -> None:
+        line = (
+            f"{self.table.name}  {snap['partition'] or '-'}  chunk {snap['chunk'] or '-'}  "
+            f"{snap['rows']:,} rows  {snap['rows_per_second']:,.0f} rows/s"
+        )
+        if "load" in self.stages:
+            line += f"  loaded {snap['rows_loaded']:,}"
+        sys.stderr.write("\r\x1b[2K" + logs.redact(line))
+        sys.stderr.flush()
+        self._drawn = True
+
+    def _clear(self) -> None:
+        if self._drawn:
+            sys.stderr.write("\r\x1b[2K")
+            sys.stderr.flush()
+            self._drawn = False
