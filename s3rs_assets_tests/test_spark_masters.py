@@ -23,13 +23,11 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import signal
 import subprocess
 import sys
 import textwrap
 import time
 import urllib.request
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from datetime import datetime
@@ -49,6 +47,7 @@ from s3rs_assets_tests.helpers import (
     table_cfg,
     ties,
 )
+from s3rs_assets_tests.processes import managed_process, tail
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -60,7 +59,6 @@ ROWS, CHUNK_ROWS, PARALLELISM = 300, 150, 2  # 2 chunks, 2 files each
 READERS = ("connectorx", "jdbc")
 CLUSTER_DEADLINE = 120.0  # master + worker registered / connect server listening
 BACKUP_DEADLINE = 300.0  # one subprocess running the backups of both readers
-MARKER = "S3RS_SPARK_MASTERS_TEST_ID"
 AWS_VARS = ("AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
             "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION", "AWS_PROFILE")
 
@@ -86,82 +84,6 @@ BACKUP_SCRIPT = textwrap.dedent(
 ).format(chunk=CHUNK_ROWS, par=PARALLELISM, partition=PARTITION)
 
 
-# --- process handling ---------------------------------------------------------------
-
-
-def _procs(pred) -> list[int]:
-    """Live (non-zombie) processes for which pred(stat fields, environ bytes) holds."""
-    pids = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit() or int(d.name) == os.getpid():
-            continue
-        try:
-            stat = (d / "stat").read_text()
-            fields = stat[stat.rindex(")") + 2 :].split()  # state ppid pgrp ...
-            if fields[0] != "Z" and pred(fields, d):
-                pids.append(int(d.name))
-        except (OSError, ValueError):
-            continue
-    return pids
-
-
-def _leftovers(pgid: int, marker: str) -> list[int]:
-    needle = f"{MARKER}={marker}".encode()
-    return _procs(
-        lambda f, d: int(f[2]) == pgid or needle in (d / "environ").read_bytes().split(b"\0")
-    )
-
-
-def _restore_default_signals() -> None:
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_DFL)
-
-
-def _tail(path: Path, n: int = 5000) -> str:
-    try:
-        return path.read_text(errors="replace")[-n:]
-    except OSError:
-        return ""
-
-
-@contextmanager
-def _process(args: list[str], env: dict, log: Path, cwd: Path) -> Iterator[subprocess.Popen]:
-    """Start `args` in its own process group; on exit stop it and all it started."""
-    marker = uuid.uuid4().hex
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            args, cwd=cwd, env={**env, MARKER: marker}, stdout=out, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=True,
-            preexec_fn=_restore_default_signals,
-        )
-    try:
-        yield proc
-    finally:
-        _stop(proc, marker)
-
-
-def _stop(proc: subprocess.Popen, marker: str, grace: float = 15.0) -> None:
-    pgid = proc.pid
-    with suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:
-        proc.poll()
-        if not _leftovers(pgid, marker):
-            break
-        time.sleep(0.3)
-    for pid in _leftovers(pgid, marker):
-        with suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    with suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=10)
-    deadline = time.monotonic() + 10
-    while _leftovers(pgid, marker) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    left = _leftovers(pgid, marker)
-    assert not left, f"processes left running: {left}"
-
-
 def _cluster_env() -> dict:
     """What a cluster process sees: Java and Spark set up, no AWS_* variables."""
     env = {k: v for k, v in os.environ.items() if k not in AWS_VARS}
@@ -178,11 +100,11 @@ def _cluster_env() -> dict:
 def _wait(check, proc: subprocess.Popen, log: Path, what: str) -> None:
     deadline = time.monotonic() + CLUSTER_DEADLINE
     while True:
-        assert proc.poll() is None, f"{what} exited {proc.returncode}:\n{_tail(log)}"
+        assert proc.poll() is None, f"{what} exited {proc.returncode}:\n{tail(log)}"
         with suppress(OSError, ValueError):
             if check():
                 return
-        assert time.monotonic() < deadline, f"{what} not up in {CLUSTER_DEADLINE}s:\n{_tail(log)}"
+        assert time.monotonic() < deadline, f"{what} not up in {CLUSTER_DEADLINE}s:\n{tail(log)}"
         time.sleep(0.5)
 
 
@@ -202,13 +124,13 @@ def _standalone(tmp: Path) -> Iterator[str]:
     env = _cluster_env()
     master_log, worker_log = tmp / "master.log", tmp / "worker.log"
     (tmp / "work").mkdir()
-    with _process(
+    with managed_process(
         [str(SPARK_CLASS), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
          "--port", str(port), "--webui-port", str(master_ui)],
         env, master_log, tmp,
     ) as master:
         _wait(lambda: _port_open(port), master, master_log, "standalone master")
-        with _process(
+        with managed_process(
             [str(SPARK_CLASS), "org.apache.spark.deploy.worker.Worker", url,
              "--host", "127.0.0.1", "--cores", "2", "--memory", "1g",
              "--webui-port", str(worker_ui), "--work-dir", str(tmp / "work")],
@@ -245,7 +167,7 @@ def _connect_server(tmp: Path) -> Iterator[str]:
             "--master", "local[2]"]
     for k, v in conf.items():
         args += ["--conf", f"{k}={v}"]
-    with _process([*args, "spark-internal"], _cluster_env(), log, tmp) as server:
+    with managed_process([*args, "spark-internal"], _cluster_env(), log, tmp) as server:
         _wait(lambda: _port_open(port), server, log, "Spark Connect server")
         yield f"sc://127.0.0.1:{port}"
 
@@ -272,13 +194,13 @@ def _run_backups(tmp: Path, master: str, tables: dict[str, str], mysql_db: str,
            "PYSPARK_DRIVER_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
     args = [sys.executable, str(script), mysql_db, mysql_url, bucket, master,
             *(f"{t}:{r}" for r, t in tables.items())]
-    with _process(args, env, log, tmp) as proc:
+    with managed_process(args, env, log, tmp) as proc:
         try:
             rc = proc.wait(timeout=BACKUP_DEADLINE)
         except subprocess.TimeoutExpired:
-            pytest.fail(f"backup on {master} not done in {BACKUP_DEADLINE}s:\n{_tail(log)}")
-    out = _tail(log, 200_000)
-    assert rc == 0, f"backup on {master} exited {rc}:\n{_tail(log)}"
+            pytest.fail(f"backup on {master} not done in {BACKUP_DEADLINE}s:\n{tail(log)}")
+    out = tail(log, 200_000)
+    assert rc == 0, f"backup on {master} exited {rc}:\n{tail(log)}"
     return out
 
 
@@ -313,7 +235,7 @@ def test_standalone_cluster_both_readers(
     with _standalone(tmp_path) as master:
         out = _run_backups(tmp_path, master, tables, mysql_db, mysql_url, s3_resource.bucket)
         # the tasks ran in the Worker's executor, not in a local JVM of the driver
-        assert "Asked to launch executor" in _tail(tmp_path / "worker.log", 200_000)
+        assert "Asked to launch executor" in tail(tmp_path / "worker.log", 200_000)
     assert f"S3RS-SESSION pyspark.sql.session {master}" in out
     _check(mysql_conn, s3_resource, s3_client, mysql_db, tables)
     print(*(line for line in out.splitlines() if line.startswith("S3RS-TIMING")), sep="\n")

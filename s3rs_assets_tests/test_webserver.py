@@ -9,13 +9,10 @@ environment so that anything that left the group is found and killed by PID too.
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
@@ -25,6 +22,7 @@ import requests
 from s3rs_assets.io_manager import store_for
 from s3rs_assets_tests.conftest import REPO, free_port
 from s3rs_assets_tests.helpers import make_ties_table, ties
+from s3rs_assets_tests.processes import managed_process, tail
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(540)]
 
@@ -32,7 +30,6 @@ DAY = "2025-03-03"
 ORDERS_ROWS, ITEMS_ROWS = 300, 200
 STARTUP_DEADLINE = 90.0  # webserver up and code location loaded
 RUN_DEADLINE = 240.0  # the launched run finishes
-MARKER = "S3RS_WEBSERVER_TEST_ID"
 
 TABLES_YAML = """
 tables:
@@ -190,100 +187,23 @@ def _gql(port: int, query: str, variables: dict | None = None) -> dict:
     return body["data"]
 
 
-def _restore_default_signals() -> None:
-    # A non-interactive parent may have left SIGINT/SIGTERM ignored; children inherit that.
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_DFL)
-
-
-def _group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes of a process group."""
-    pids = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            stat = (d / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()  # state ppid pgrp ...
-        if fields[0] != "Z" and int(fields[2]) == pgid:
-            pids.append(int(d.name))
-    return pids
-
-
-def _marked_processes(marker: str) -> list[int]:
-    """Processes (of this user) whose environment carries our marker, wherever they went."""
-    needle = f"{MARKER}={marker}".encode()
-    pids = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit() or int(d.name) == os.getpid():
-            continue
-        try:
-            if needle in (d / "environ").read_bytes().split(b"\0"):
-                stat = (d / "stat").read_text()
-                if stat[stat.rindex(")") + 2] != "Z":
-                    pids.append(int(d.name))
-        except OSError:
-            continue
-    return pids
-
-
-def _stop(proc: subprocess.Popen, marker: str, grace: float = 15.0) -> None:
-    pgid = proc.pid
-    with suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:
-        proc.poll()
-        if not _group_members(pgid) and not _marked_processes(marker):
-            break
-        time.sleep(0.3)
-    for pid in set(_group_members(pgid)) | set(_marked_processes(marker)):
-        with suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    with suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=10)
-    deadline = time.monotonic() + 10
-    while (_group_members(pgid) or _marked_processes(marker)) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    left = _group_members(pgid) + _marked_processes(marker)
-    assert not left, f"processes left running: {left}"
-
-
-def _tail(path: Path, n: int = 6000) -> str:
-    try:
-        return path.read_text(errors="replace")[-n:]
-    except OSError:
-        return ""
-
-
 @contextmanager
 def _webserver(env: dict, log: Path) -> Iterator[int]:
     port = free_port()
-    marker = uuid.uuid4().hex
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "dagster_webserver", "-m", "s3rs_assets.definitions",
-             "-h", "127.0.0.1", "-p", str(port)],
-            cwd=REPO, env={**env, MARKER: marker}, stdout=out, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=True,
-            preexec_fn=_restore_default_signals,
-        )
-    try:
+    args = [sys.executable, "-m", "dagster_webserver", "-m", "s3rs_assets.definitions",
+            "-h", "127.0.0.1", "-p", str(port)]
+    with managed_process(args, env, log, REPO) as proc:
         deadline = time.monotonic() + STARTUP_DEADLINE
         while True:
-            assert proc.poll() is None, f"webserver exited {proc.returncode}:\n{_tail(log)}"
+            assert proc.poll() is None, f"webserver exited {proc.returncode}:\n{tail(log)}"
             try:
                 if requests.get(f"http://127.0.0.1:{port}/server_info", timeout=5).ok:
                     break
             except requests.RequestException:
                 pass
-            assert time.monotonic() < deadline, f"webserver not up in time:\n{_tail(log)}"
+            assert time.monotonic() < deadline, f"webserver not up in time:\n{tail(log)}"
             time.sleep(0.5)
         yield port
-    finally:
-        _stop(proc, marker)
 
 
 def _wait_for_location(port: int, log: Path) -> dict:
@@ -294,7 +214,7 @@ def _wait_for_location(port: int, log: Path) -> dict:
         entries = ws["locationEntries"]
         if entries and all(e["loadStatus"] == "LOADED" for e in entries):
             return entries
-        assert time.monotonic() < deadline, f"location not loaded: {entries}\n{_tail(log)}"
+        assert time.monotonic() < deadline, f"location not loaded: {entries}\n{tail(log)}"
         time.sleep(0.5)
 
 
@@ -398,7 +318,7 @@ def test_webserver_lists_assets_and_materializes_a_partition_like_the_ui(
             assert run["__typename"] == "Run", run
             if run["status"] in ("FAILURE", "CANCELED"):
                 pytest.fail(f"run {run['status']}:\n{_run_messages(port, run_id)[-6000:]}"
-                            f"\n--- webserver log:\n{_tail(log, 3000)}")
+                            f"\n--- webserver log:\n{tail(log, 3000)}")
             if run["status"] == "SUCCESS":
                 break
             assert time.monotonic() < deadline, (
