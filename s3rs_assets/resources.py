@@ -18,6 +18,7 @@ from pydantic import Field, PrivateAttr
 
 from s3rs_assets.config import DatabaseURL
 from s3rs_assets.errors import ConfigError
+from s3rs_assets.layout import Layout
 
 DEFAULT_JDBC_JARS = "/usr/share/java/mariadb-java-client.jar"
 
@@ -176,6 +177,11 @@ class S3Resource(dg.ConfigurableResource):
             )
         kw["max_attempts"] = self.max_attempts
         return kw
+
+    @property
+    def layout(self) -> Layout:
+        """Every S3 key under this resource's prefix (s3rs_assets.layout)."""
+        return Layout(self.prefix)
 
     def key(self, *parts: str) -> str:
         return "/".join(p.strip("/") for p in (self.prefix, *parts) if p and p.strip("/"))

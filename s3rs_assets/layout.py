@@ -1,0 +1,126 @@
+"""Every S3 key s3rs reads or writes, in one place.
+
+Under the configured prefix (`S3RS_S3_PREFIX`, default `s3rs`):
+
+    data/<schema>/<table>/<partition>/part-<position token>.parquet   backup files
+    data/<schema>/<table>/_repair/<token>.parquet                     reconcile repair files
+    manifests/<schema>/<target table>/<partition>/<digest>.json       Redshift COPY manifests
+    watermarks/tables/<schema.table>.json                             primary watermark
+    watermarks/backups/daily/<schema.table>_<YYYYMMDD>.json           daily backup (UTC date)
+    watermarks/backups/sessions/<session id>/<schema.table>.json      session backup (run id)
+
+Data keys are deterministic in (table, partition, chunk start): a chunk read again
+overwrites its own objects instead of adding duplicates. Nothing else in s3rs joins key
+parts by hand; parsing a listed key back into its parts happens here too.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import date
+
+from s3rs_assets.errors import ConfigError
+from s3rs_assets.identifiers import split_qualified
+
+REPAIR_DIR = "_repair"
+_SESSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+_DAILY_NAME = re.compile(r"^(?P<table>[^/]+)_(?P<day>\d{8})\.json$")
+
+
+def check_table(table: object) -> str:
+    """Watermark objects are named `schema.table`; both parts plain identifiers."""
+    split_qualified(table, "table")
+    return str(table)
+
+
+def check_session(session_id: object) -> str:
+    if not isinstance(session_id, str) or not _SESSION.match(session_id):
+        raise ConfigError(f"invalid watermark session id {session_id!r}")
+    return session_id
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The key scheme under one prefix; pure, no I/O."""
+
+    prefix: str = "s3rs"
+
+    def _key(self, *parts: str) -> str:
+        return "/".join(p.strip("/") for p in (self.prefix, *parts) if p and p.strip("/"))
+
+    # ------------------------------------------------------------------ data files
+
+    def data_table(self, schema: str, table: str) -> str:
+        """Prefix (ending in '/') of every data object of one source table."""
+        return self._key("data", schema, table) + "/"
+
+    def data_partition(self, schema: str, table: str, partition: str) -> str:
+        return self._key("data", schema, table, partition) + "/"
+
+    def data_object(self, schema: str, table: str, partition: str, token: str) -> str:
+        return self._key("data", schema, table, partition, f"part-{token}.parquet")
+
+    def repair_object(self, schema: str, table: str, token: str) -> str:
+        return self._key("data", schema, table, REPAIR_DIR, f"{token}.parquet")
+
+    def partition_of(self, schema: str, table: str, key: str) -> str | None:
+        """The partition folder of a listed data key (`_repair` for repair files)."""
+        head = self.data_table(schema, table)
+        if not key.startswith(head):
+            return None
+        rest = key[len(head) :]
+        return rest.split("/", 1)[0] if "/" in rest else None
+
+    # ------------------------------------------------------------- COPY manifests
+
+    def copy_manifest(self, schema: str, table: str, partition: str, digest: str) -> str:
+        return self._key("manifests", schema, table, partition, f"{digest}.json")
+
+    # ----------------------------------------------------------------- watermarks
+
+    def watermarks(self) -> str:
+        """Prefix of every watermark object (primary and backups): never data."""
+        return self._key("watermarks") + "/"
+
+    def watermark_tables(self) -> str:
+        return self._key("watermarks", "tables") + "/"
+
+    def watermark_primary(self, table: str) -> str:
+        return self._key("watermarks", "tables", f"{check_table(table)}.json")
+
+    def watermark_dailies(self) -> str:
+        return self._key("watermarks", "backups", "daily") + "/"
+
+    def watermark_daily(self, table: str, day: date) -> str:
+        name = f"{check_table(table)}_{day:%Y%m%d}.json"
+        return self._key("watermarks", "backups", "daily", name)
+
+    def watermark_sessions(self) -> str:
+        return self._key("watermarks", "backups", "sessions") + "/"
+
+    def watermark_session(self, table: str, session_id: str) -> str:
+        name = f"{check_table(table)}.json"
+        return self._key("watermarks", "backups", "sessions", check_session(session_id), name)
+
+    def parse_primary(self, key: str) -> str | None:
+        """The table of a listed primary key, or None for anything else."""
+        head = self.watermark_tables()
+        name = key[len(head) :] if key.startswith(head) else ""
+        if "/" in name or not name.endswith(".json"):
+            return None
+        return name[: -len(".json")]
+
+    def parse_daily(self, key: str) -> tuple[str, str] | None:
+        """(table, YYYYMMDD) of a listed daily backup key, or None."""
+        head = self.watermark_dailies()
+        m = _DAILY_NAME.match(key[len(head) :]) if key.startswith(head) else None
+        return (m["table"], m["day"]) if m else None
+
+    def parse_session(self, key: str) -> tuple[str, str] | None:
+        """(session id, table) of a listed session backup key, or None."""
+        head = self.watermark_sessions()
+        parts = key[len(head) :].split("/") if key.startswith(head) else []
+        if len(parts) != 2 or not parts[1].endswith(".json"):
+            return None
+        return parts[0], parts[1][: -len(".json")]
