@@ -524,8 +524,9 @@ def run_backup(
 ) -> dict[str, Any]:
     import dagster as dg
 
-    from s3rs_assets.assets import asset_key, build_table_assets
+    from s3rs_assets.assets import build_table_assets
     from s3rs_assets.io_manager import S3RSIOManager, store_for
+    from s3rs_assets.names import asset_key
     from s3rs_assets.resources import DEFAULT_JDBC_JARS, MySQLResource, S3Resource, SparkResource
 
     cfg = table_config(table, args)

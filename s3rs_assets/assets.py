@@ -15,36 +15,24 @@ from s3rs_assets.config import TableConfig
 from s3rs_assets.errors import ConfigError, SourceSchemaError
 from s3rs_assets.extract import Extractor, backup_partition
 from s3rs_assets.io_manager import BackupOutput, store_for
+from s3rs_assets.names import (
+    IO_MANAGER_KEY,
+    TABLE_TAG,
+    asset_key,
+    group_name,
+    job_name,
+    pool_name,
+)
 from s3rs_assets.partitions import partitions_def, window
 from s3rs_assets.resources import MySQLResource, S3Resource, SparkResource
 from s3rs_assets.source import anomalies, describe, safety_bound
 from s3rs_assets.watermark import WatermarkRecord
-
-IO_MANAGER_KEY = "s3rs_io_manager"
-TABLE_TAG = "s3rs/table"
 
 
 class BackupConfig(dg.Config):
     """Run configuration of `s3_parquet` (what `s3rs sync --limit` sets)."""
 
     limit: int | None = None
-
-
-def asset_key(table: TableConfig, stage: str) -> dg.AssetKey:
-    return dg.AssetKey([table.schema, table.table, stage])
-
-
-def group_name(table: TableConfig) -> str:
-    return f"{table.schema}__{table.table}"
-
-
-def job_name(table: TableConfig) -> str:
-    return f"{table.schema}__{table.table}__sync"
-
-
-def pool_name(table: TableConfig) -> str:
-    # One slot per table: two runs of the same table never extract at the same time.
-    return f"s3rs-{table.schema}-{table.table}"
 
 
 def run_backup(

@@ -14,12 +14,11 @@ from typing import Any
 import dagster as dg
 
 from s3rs_assets.extract import PartitionRun
+from s3rs_assets.names import WATERMARK_METADATA_KEY
 from s3rs_assets.resources import S3Resource
 from s3rs_assets.source import Anomalies, SafetyBound
 from s3rs_assets.watermark import FileEntry, WatermarkRecord, iso, utcnow
 from s3rs_assets.watermark_store import WatermarkStore
-
-WATERMARK_METADATA_KEY = "s3rs/watermark"
 
 
 @dataclass

@@ -16,14 +16,20 @@ import dagster as dg
 from s3rs_assets.config import TableConfig
 from s3rs_assets.io_manager import LoadOutput, store_for
 from s3rs_assets.load import LoadTarget, ledger_files, load_files
+from s3rs_assets.names import (
+    CHECK_NAME,
+    IO_MANAGER_KEY,
+    TABLE_TAG,
+    asset_key,
+    group_name,
+    pool_name,
+)
 from s3rs_assets.partitions import window
 from s3rs_assets.resources import MySQLResource, S3Resource
 from s3rs_assets.source import describe
 from s3rs_assets.verify import verify_table
 from s3rs_assets.warehouse import WarehouseResource
 from s3rs_assets.watermark import LoadState, WatermarkRecord, utcnow
-
-CHECK_NAME = "matches_mysql"
 
 
 def close_load(rec: WatermarkRecord, out: LoadOutput) -> None:
@@ -131,8 +137,6 @@ def check_result(
 def build_redshift_asset(
     table: TableConfig, upstream: dg.AssetsDefinition, pdef: dg.PartitionsDefinition
 ) -> list[dg.AssetsDefinition]:
-    from s3rs_assets.assets import IO_MANAGER_KEY, TABLE_TAG, asset_key, group_name, pool_name
-
     key = asset_key(table, "redshift_table")
 
     @dg.asset(

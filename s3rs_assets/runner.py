@@ -17,9 +17,9 @@ from dagster._core.storage.tags import (
     ASSET_PARTITION_RANGE_START_TAG,
 )
 
-from s3rs_assets.assets import TABLE_TAG, asset_key, job_name
 from s3rs_assets.config import TableConfig
 from s3rs_assets.errors import ConfigError
+from s3rs_assets.names import TABLE_TAG, asset_key, job_name
 from s3rs_assets.partitions import partition_keys
 from s3rs_assets.watermark import WatermarkRecord
 

@@ -57,12 +57,12 @@ from zoneinfo import ZoneInfo
 import dagster as dg
 import pymysql
 
-from s3rs_assets.assets import TABLE_TAG, asset_key, build_sync_job, job_name
+from s3rs_assets.assets import build_sync_job
 from s3rs_assets.config import TableConfig
 from s3rs_assets.cursor import after, below, literal, position_token
 from s3rs_assets.errors import ConfigError, S3rsError, SourceSchemaError, WatermarkError
 from s3rs_assets.identifiers import mysql_quote
-from s3rs_assets.io_manager import WATERMARK_METADATA_KEY
+from s3rs_assets.names import TABLE_TAG, WATERMARK_METADATA_KEY, asset_key, job_name, stage_keys
 from s3rs_assets.partitions import partitions_def, source_timezone, window
 from s3rs_assets.resources import MySQLResource, S3Resource
 from s3rs_assets.source import SafetyBound, SourceTable, describe, safety_bound, server_now
@@ -91,16 +91,6 @@ SKIP_TEXT_LIMIT = 4000  # Dagster stores the skip message; keep it readable
 # ------------------------------------------------------------------ event-log watermark
 
 
-def _stage_keys(table: TableConfig | str) -> list[dg.AssetKey]:
-    if isinstance(table, TableConfig):
-        return [asset_key(table, "s3_parquet"), asset_key(table, "redshift_table")]
-    schema, _, name = str(table).partition(".")
-    return [
-        dg.AssetKey([schema, name, "s3_parquet"]),
-        dg.AssetKey([schema, name, "redshift_table"]),
-    ]
-
-
 def event_log_watermark(
     instance: dg.DagsterInstance, table: TableConfig | str, *, lookback: int = 5
 ) -> str | None:
@@ -113,7 +103,7 @@ def event_log_watermark(
     text is not validated here: the watermark store validates every candidate.
     """
     best: tuple[int, Any] | None = None
-    for key in _stage_keys(table):
+    for key in stage_keys(table):
         result = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key), lookback)
         for rec in result.records:
             mat = rec.asset_materialization

@@ -84,7 +84,8 @@ def backup(cfg: TableConfig, res: dict, *, partition: str | None = None,
     """Materialize `s3_parquet` of `cfg` for one partition or a range, in this process."""
     import dagster as dg
 
-    from s3rs_assets.assets import asset_key, build_table_assets
+    from s3rs_assets.assets import build_table_assets
+    from s3rs_assets.names import asset_key
 
     assets = [a for a in build_table_assets(cfg) if a.key == asset_key(cfg, "s3_parquet")]
     tags = {}
@@ -130,7 +131,8 @@ def sync(cfg: TableConfig, res: dict, *, partition: str | None = None, start: st
     """Materialize both stages (or `stages`) of `cfg` in this process."""
     import dagster as dg
 
-    from s3rs_assets.assets import asset_key, build_table_assets
+    from s3rs_assets.assets import build_table_assets
+    from s3rs_assets.names import asset_key
 
     tags = None
     if start is not None:

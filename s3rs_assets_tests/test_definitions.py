@@ -122,8 +122,8 @@ def test_shipped_instance_config_serializes_runs_per_table(tmp_path, monkeypatch
     """dagster.yaml: one run per table at a time (tag limit) and one step per table pool."""
     import shutil
 
-    from s3rs_assets.assets import TABLE_TAG, pool_name
     from s3rs_assets.config import TableConfig
+    from s3rs_assets.names import TABLE_TAG, pool_name
 
     shutil.copy(REPO / "dagster.yaml", tmp_path / "dagster.yaml")
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))

@@ -19,9 +19,9 @@ import boto3
 import dagster as dg
 import pytest
 
-from s3rs_assets.assets import TABLE_TAG, asset_key, job_name
 from s3rs_assets.cursor import position_token
 from s3rs_assets.io_manager import store_for
+from s3rs_assets.names import TABLE_TAG, asset_key, job_name
 from s3rs_assets.partitions import partitions_def, window
 from s3rs_assets.resources import MySQLResource, S3Resource
 from s3rs_assets.sensors import (

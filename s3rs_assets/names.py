@@ -1,0 +1,57 @@
+"""The Dagster names of a table: asset keys, job, pool, group, tags and metadata keys.
+
+Everything that refers to a table's assets from elsewhere (sensors, the CLI, the IO
+manager, recovery from the event log) builds the names here, so no module needs to import
+the asset factory to find them.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import dagster as dg
+
+from s3rs_assets.config import TableConfig
+from s3rs_assets.identifiers import split_qualified
+
+Stage = Literal["s3_parquet", "redshift_table"]
+STAGES: tuple[Stage, Stage] = ("s3_parquet", "redshift_table")
+
+IO_MANAGER_KEY = "s3rs_io_manager"
+#: Run tag naming the table a run syncs (CLI and sensor runs; UI launches carry none).
+TABLE_TAG = "s3rs/table"
+#: Materialization metadata entry holding the whole watermark record (a recovery source).
+WATERMARK_METADATA_KEY = "s3rs/watermark"
+#: The asset check on `redshift_table` comparing MySQL and the warehouse.
+CHECK_NAME = "matches_mysql"
+
+
+def _parts(table: TableConfig | str) -> tuple[str, str]:
+    if isinstance(table, TableConfig):
+        return table.schema, table.table
+    return split_qualified(table, "table")
+
+
+def asset_key(table: TableConfig | str, stage: Stage) -> dg.AssetKey:
+    schema, name = _parts(table)
+    return dg.AssetKey([schema, name, stage])
+
+
+def stage_keys(table: TableConfig | str) -> list[dg.AssetKey]:
+    return [asset_key(table, s) for s in STAGES]
+
+
+def group_name(table: TableConfig | str) -> str:
+    schema, name = _parts(table)
+    return f"{schema}__{name}"
+
+
+def job_name(table: TableConfig | str) -> str:
+    schema, name = _parts(table)
+    return f"{schema}__{name}__sync"
+
+
+def pool_name(table: TableConfig | str) -> str:
+    """One slot per table: two runs of the same table never extract at the same time."""
+    schema, name = _parts(table)
+    return f"s3rs-{schema}-{name}"
