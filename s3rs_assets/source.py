@@ -96,6 +96,14 @@ def describe(conn: pymysql.connections.Connection, cfg: TableConfig) -> SourceTa
                     f"table {cfg.name}: primary_key column(s) {missing} do not exist"
                 )
             pk = tuple(by_name[k.lower()].name for k in cfg.primary_key)
+            nullable = [k for k in pk if by_name[k.lower()].nullable]
+            if nullable:
+                raise SourceSchemaError(
+                    f"table {cfg.name}: primary_key column(s) {nullable} allow NULL, and a NULL "
+                    "key cannot be ordered or compared, so rows would be skipped at chunk "
+                    "boundaries: use NOT NULL columns (the table's primary key or a NOT NULL "
+                    "unique key)"
+                )
         else:
             cur.execute(
                 "SELECT COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s "
@@ -118,22 +126,46 @@ def describe(conn: pymysql.connections.Connection, cfg: TableConfig) -> SourceTa
 
 
 @dataclass(frozen=True)
+class Blocker:
+    """A MySQL thread that may still commit rows stamped at or after `started`."""
+
+    thread_id: int
+    started: datetime
+    why: str  # "open transaction" or "statement in flight"
+
+
+@dataclass(frozen=True)
 class SafetyBound:
     """The exclusive upper bound of this run's reads, on the MySQL server's clock."""
 
     server_now: datetime
     upper: datetime
     lag: timedelta
-    oldest_trx: datetime | None
     trx_readable: bool
+    blockers: tuple[Blocker, ...] = ()
     note: str = ""
 
+    @property
+    def oldest_trx(self) -> datetime | None:
+        return min((b.started for b in self.blockers if b.why == _TRX), default=None)
+
+    @property
+    def oldest_statement(self) -> datetime | None:
+        return min((b.started for b in self.blockers if b.why == _STATEMENT), default=None)
+
     def metadata(self) -> dict[str, Any]:
+        def iso(ts: datetime | None) -> str | None:
+            return ts.isoformat() if ts else None
+
         return {
             "server_now": self.server_now.isoformat(),
             "upper_bound": self.upper.isoformat(),
             "lag_seconds": self.lag.total_seconds(),
-            "oldest_open_write_trx": self.oldest_trx.isoformat() if self.oldest_trx else None,
+            "oldest_open_write_trx": iso(self.oldest_trx),
+            "oldest_statement_in_flight": iso(self.oldest_statement),
+            # thread ids only: statement text may hold values nobody should see in the UI
+            "held_back_by_threads": sorted({b.thread_id for b in self.blockers
+                                            if b.started < self.server_now - self.lag}),
             "innodb_trx_readable": self.trx_readable,
             "note": self.note,
         }
@@ -145,34 +177,85 @@ def server_now(conn: pymysql.connections.Connection) -> datetime:
         return cur.fetchone()[0]
 
 
-def safety_bound(conn: pymysql.connections.Connection, lag: timedelta) -> SafetyBound:
-    """min(NOW(6) - lag, start of the oldest open transaction that has written rows).
+_TRX, _STATEMENT = "open transaction", "statement in flight"
+#: Transactions that may still commit rows stamped before now: those that wrote or locked
+#: rows, wait for a lock, or have a statement in flight (MySQL fixes NOW() when a statement
+#: starts, so a long INSERT ... SELECT or a scanning UPDATE writes "old" timestamps late).
+#: Autocommit plain SELECTs (`trx_autocommit_non_locking`) and READ ONLY transactions can
+#: never write: ignored, so such readers (reports, other syncs) do not hold the bound back.
+#: A dump in an ordinary transaction (mysqldump --single-transaction) does, until it ends.
+_OPEN_TRX_SQL = (
+    "SELECT trx_mysql_thread_id, trx_started FROM information_schema.INNODB_TRX "
+    "WHERE trx_mysql_thread_id <> CONNECTION_ID() AND ("
+    "trx_rows_modified > 0 OR trx_rows_locked > 0 OR trx_state = 'LOCK WAIT' "
+    "OR (trx_query IS NOT NULL AND trx_autocommit_non_locking = 0 AND trx_is_read_only = 0))"
+)
+#: Statements in flight that InnoDB does not list yet (an INSERT ... SELECT still evaluating
+#: its derived table has no InnoDB transaction, but its NOW() is already fixed). The start is
+#: NOW(6) - TIME_MS (MariaDB; whole seconds on MySQL), less one second of margin.
+_STATEMENTS_SQL = (
+    "SELECT p.ID, TIMESTAMPADD(MICROSECOND, -CAST(p.{elapsed} AS SIGNED) - 1000000, NOW(6)) "
+    "FROM information_schema.PROCESSLIST p "
+    "LEFT JOIN information_schema.INNODB_TRX t ON t.trx_mysql_thread_id = p.ID "
+    "WHERE p.ID <> CONNECTION_ID() AND p.COMMAND IN ('Query', 'Execute') "
+    "AND p.USER NOT IN ('system user', 'event_scheduler') "
+    "AND COALESCE(t.trx_autocommit_non_locking, 0) = 0 AND COALESCE(t.trx_is_read_only, 0) = 0"
+)
+_ELAPSED = ("TIME_MS * 1000", "TIME * 1000000")  # MariaDB, then MySQL
 
-    Transactions that have not written anything yet are ignored: whatever they write later
-    is stamped after this moment, so they cannot land below the bound, and a long
-    read-only snapshot (a dump, a report) would otherwise stall every sync.
+
+def blockers(conn: pymysql.connections.Connection) -> list[Blocker]:
+    """Every other thread whose rows may still commit with a timestamp before now.
+
+    Raises pymysql's error 1227 without the PROCESS privilege (innodb_trx unreadable)."""
+    with conn.cursor() as cur:
+        cur.execute(_OPEN_TRX_SQL)
+        found = [Blocker(int(r[0]), r[1], _TRX) for r in cur.fetchall()]
+        for elapsed in _ELAPSED:
+            try:
+                cur.execute(_STATEMENTS_SQL.format(elapsed=elapsed))
+            except pymysql.err.OperationalError as e:
+                if e.args[0] != 1054:  # unknown column: MySQL has no TIME_MS
+                    raise
+                continue
+            found += [Blocker(int(r[0]), r[1], _STATEMENT) for r in cur.fetchall()]
+            break
+    return found
+
+
+def safety_bound(conn: pymysql.connections.Connection, lag: timedelta) -> SafetyBound:
+    """The earliest of NOW(6) - lag and the start of every transaction or statement that
+    may still commit rows stamped before now (`blockers`).
+
+    What it protects: cursor values MySQL stamps itself (NOW(), CURRENT_TIMESTAMP, ON UPDATE
+    CURRENT_TIMESTAMP) by transactions and statements on this server. What it cannot: values
+    the application computes on its own clock, or replicated rows carrying the primary's
+    timestamps, which may land below the bound long after it passed; `lag` must cover those
+    (reconcile repairs what slips through).
     """
     now = server_now(conn)
     upper = now - lag
-    oldest, readable, note = None, True, ""
+    found: list[Blocker] = []
+    readable, note = True, ""
     try:
-        with conn.cursor() as cur:
-            cur.execute(
-                "SELECT MIN(trx_started) FROM information_schema.innodb_trx "
-                "WHERE trx_mysql_thread_id <> CONNECTION_ID() "
-                "AND (trx_rows_modified > 0 OR trx_rows_locked > 0)"
-            )
-            oldest = cur.fetchone()[0]
+        found = blockers(conn)
     except pymysql.err.MySQLError as e:
         readable = False
         note = (
             "information_schema.innodb_trx is not readable by this user "
             f"({e.args[0]}: needs PROCESS); the bound uses the lag only"
         )
-    if oldest is not None and oldest < upper:
-        upper = oldest
-        note = f"held back by an open transaction started at {oldest.isoformat()}"
-    return SafetyBound(now, upper, lag, oldest, readable, note)
+    oldest = min(found, key=lambda b: b.started, default=None)
+    if oldest is not None and oldest.started < upper:
+        upper = oldest.started
+        note = (
+            f"held back by an {oldest.why} (MySQL thread {oldest.thread_id}) started at "
+            f"{oldest.started.isoformat()}"
+            if oldest.why == _TRX
+            else f"held back by a {oldest.why} (MySQL thread {oldest.thread_id}) started at "
+            f"{oldest.started.isoformat()}"
+        )
+    return SafetyBound(now, upper, lag, readable, tuple(found), note)
 
 
 @dataclass

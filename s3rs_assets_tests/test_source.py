@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
 from datetime import datetime, timedelta
 
@@ -11,9 +13,10 @@ import pytest
 
 from s3rs_assets.errors import SourceSchemaError
 from s3rs_assets.io_manager import store_for
-from s3rs_assets.source import describe, safety_bound
+from s3rs_assets.source import blockers, describe, safety_bound
 from s3rs_assets_tests.helpers import (
     backup,
+    insert_rows,
     list_keys,
     make_ties_table,
     manifest_keys,
@@ -140,3 +143,136 @@ def test_rows_no_partition_reads_are_counted_not_dropped(shapes, mysql_db, mysql
     ids = read_manifest_ids(s3_client, s3_resource.bucket,
                             manifest_keys(store_for(s3_resource), cfg.name))
     assert sorted(ids) == [1, 6]
+
+
+def _in_background(mysql_db: str, *sql: str) -> tuple[threading.Thread, int]:
+    """Run the statements on their own connection in a thread (autocommit); returns the
+    thread and its MySQL thread id."""
+    conn = pymysql.connect(host="127.0.0.1", user="root", database=mysql_db, autocommit=True)
+
+    def run() -> None:
+        try:
+            with conn.cursor() as cur:
+                for stmt in sql:
+                    cur.execute(stmt)
+        finally:
+            conn.close()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, conn.thread_id()
+
+
+def _wait_for_statement(conn, marker: str) -> None:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with conn.cursor() as cur:
+            cur.execute(
+                "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE %s "
+                "AND ID <> CONNECTION_ID()",
+                (f"%{marker}%",),
+            )
+            if cur.fetchone()[0]:
+                return
+        time.sleep(0.05)
+    raise AssertionError(f"statement {marker} never showed up")
+
+
+def test_bound_holds_back_for_a_statement_that_has_not_written_yet(shapes, mysql_db):
+    """MySQL fixes NOW() when a statement starts: an INSERT ... SELECT still computing its
+    rows writes timestamps from before the bound would otherwise be taken."""
+    with shapes.cursor() as cur:
+        cur.execute("DROP TABLE IF EXISTS late_writer")
+        cur.execute("CREATE TABLE late_writer (id INT PRIMARY KEY, update_at DATETIME(6))")
+    gate = f"s3rs_gate_{uuid.uuid4().hex[:8]}"
+    with shapes.cursor() as cur:
+        cur.execute("SELECT GET_LOCK(%s, 5)", (gate,))
+    slow, thread_id = _in_background(
+        mysql_db,
+        "INSERT INTO late_writer /* s3rs-late-1 */ "
+        f"SELECT 1, NOW(6) FROM (SELECT GET_LOCK('{gate}', 60)) AS x",
+    )
+    _wait_for_statement(shapes, "s3rs-late-1")
+    time.sleep(0.05)
+    bound = safety_bound(shapes, timedelta(0))
+    with shapes.cursor() as cur:
+        cur.execute("SELECT RELEASE_LOCK(%s)", (gate,))
+    slow.join()
+    with shapes.cursor() as cur:
+        cur.execute("SELECT update_at FROM late_writer WHERE id = 1")
+        stamped = cur.fetchone()[0]
+    assert bound.upper <= stamped, f"bound {bound.upper} passed the row stamped {stamped}"
+    assert thread_id in {b.thread_id for b in bound.blockers}
+    assert thread_id in bound.metadata()["held_back_by_threads"]
+
+
+def test_bound_ignores_plain_reads_and_read_only_transactions(shapes, mysql_db):
+    """Readers can never write: a long report must not hold every sync back."""
+    reader, plain = _in_background(
+        mysql_db, "SELECT /* s3rs-read-1 */ SLEEP(2) FROM src_ok LIMIT 1"
+    )
+    snapshot, read_only = _in_background(
+        mysql_db,
+        "START TRANSACTION READ ONLY",
+        "SELECT /* s3rs-read-2 */ SLEEP(2) FROM src_ok LIMIT 1",
+        "COMMIT",
+    )
+    writer, writing = _in_background(
+        mysql_db, "SELECT /* s3rs-read-3 */ SLEEP(2) FROM src_ok LIMIT 1 FOR UPDATE"
+    )
+    for marker in ("s3rs-read-1", "s3rs-read-2", "s3rs-read-3"):
+        _wait_for_statement(shapes, marker)
+    time.sleep(0.1)
+    found = {b.thread_id for b in blockers(shapes)}
+    for t in (reader, snapshot, writer):
+        t.join()
+    # other sessions of the server may block too; these two never do, a locking read does
+    assert plain not in found and read_only not in found
+    assert writing in found
+
+
+def test_sync_does_not_pass_a_row_a_slow_statement_commits_late(
+    shapes, mysql_db, mysql_url, s3_resource, s3_client, spark_resource
+):
+    """The reproduction from the issue: a long INSERT ... SELECT stamps its row, a later row
+    commits first; the sync must not move its cursor past the slow row's timestamp. The slow
+    statement waits on a user lock the test holds, so it is in flight for the whole sync."""
+    gate = f"s3rs_gate_{uuid.uuid4().hex[:8]}"
+    with shapes.cursor() as cur:
+        cur.execute("SELECT GET_LOCK(%s, 5)", (gate,))
+    now = safety_bound(shapes, timedelta(0)).server_now
+    make_ties_table(shapes, "late_sync", [(1, now - timedelta(minutes=10))])
+    slow, _ = _in_background(
+        mysql_db,
+        "INSERT INTO late_sync /* s3rs-late-2 */ (id, update_at, amount) "
+        f"SELECT 2, NOW(6), 1 FROM (SELECT GET_LOCK('{gate}', 120)) AS x",
+    )
+    _wait_for_statement(shapes, "s3rs-late-2")
+    time.sleep(0.05)
+    insert_rows(shapes, "late_sync", [(3, safety_bound(shapes, timedelta(0)).server_now)])
+    cfg = table_cfg(mysql_db, "late_sync", lag="0s", start=f"{now - timedelta(days=1):%Y-%m-%d}")
+    res = resources(mysql_url, s3_resource, spark_resource)
+    days = (f"{now - timedelta(minutes=10):%Y-%m-%d}", f"{now + timedelta(minutes=1):%Y-%m-%d}")
+    try:
+        first = backup(cfg, res, start=days[0], end=days[1])
+    finally:
+        with shapes.cursor() as cur:
+            cur.execute("SELECT RELEASE_LOCK(%s)", (gate,))
+        slow.join()
+    md = first.get_asset_materialization_events()[0].materialization.metadata
+    assert md["safety_bound"].value["oldest_statement_in_flight"] is not None
+    backup(cfg, res, start=days[0], end=days[1])
+    ids = read_manifest_ids(s3_client, s3_resource.bucket,
+                            manifest_keys(store_for(s3_resource), cfg.name))
+    assert sorted(ids) == [1, 2, 3]
+
+
+def test_nullable_primary_key_columns_are_refused_by_name(shapes, mysql_db):
+    """The keyset predicates are not NULL-safe: a NULL key at a chunk boundary would skip rows."""
+    with shapes.cursor() as cur:
+        cur.execute("DROP TABLE IF EXISTS nullable_key")
+        cur.execute("CREATE TABLE nullable_key (id INT NOT NULL, code VARCHAR(8) NULL, "
+                    "update_at DATETIME(6) NOT NULL, UNIQUE KEY (id, code))")
+    with pytest.raises(SourceSchemaError, match=r"primary_key column\(s\) \['code'\] .*NULL"):
+        describe(shapes, table_cfg(mysql_db, "nullable_key", primary_key=["id", "code"]))
+    describe(shapes, table_cfg(mysql_db, "nullable_key", primary_key=["id"]))
