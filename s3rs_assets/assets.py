@@ -25,7 +25,7 @@ from s3rs_assets.names import (
 )
 from s3rs_assets.partitions import partitions_def, window
 from s3rs_assets.resources import MySQLResource, S3Resource, SparkResource
-from s3rs_assets.source import anomalies, describe, safety_bound
+from s3rs_assets.source import describe, safety_bound, source_counts
 from s3rs_assets.watermark import WatermarkRecord
 
 
@@ -50,13 +50,15 @@ def run_backup(
     with mysql.connect() as conn:
         src = describe(conn, table)
         bound = safety_bound(conn, table.lag)
-        found = anomalies(conn, src, window(pdef, pdef.get_first_partition_key())[0])
+        found = source_counts(conn, src, window(pdef, pdef.get_first_partition_key())[0], bound)
     if not src.cursor_indexed:
         context.log.warning(
             f"{table.name}: cursor column {src.cursor} has no index; chunk planning scans the table"
         )
     if bound.note:
         context.log.info(f"{table.name}: safety bound {bound.upper} ({bound.note})")
+    for line in found.warnings(table.name):
+        context.log.warning(line)
     store = store_for(s3, context.run_id, context.instance)
     # Validate (and if lost, recover) the watermark before Spark starts or anything is read.
     store.read(table.name, now=bound.server_now)

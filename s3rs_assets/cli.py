@@ -241,8 +241,12 @@ def sync(
                 echo(f"{table.name}: FAILED before the run started: {e}", err=True, fg="red")
                 break
             monitor.stop()
-            if result.success:
+            if result.success and not _failed_checks(ctx, table, result):
                 echo(f"{table.name}: run {result.run_id} succeeded")
+                _report_unread_rows(ctx, table, store)
+            elif result.success:
+                failed.append(table.name)
+                break
             else:
                 failed.append(table.name)
                 echo(f"{table.name}: run {result.run_id} FAILED", err=True, fg="red")
@@ -252,6 +256,46 @@ def sync(
     if failed:
         echo(f"failed: {', '.join(failed)}", err=True, fg="red")
         sys.exit(1)
+
+
+def _say(ctx: click.Context, level: int, text: str, **fields: Any) -> None:
+    """A finding for people (a coloured line on stderr) or, with `--log-format json`, one
+    structured log record carrying `fields`."""
+    if ctx.obj and ctx.obj.get("log_format") == "json":
+        log.log(level, text, extra=fields)
+    else:
+        echo(text, err=True, fg="red" if level >= logging.ERROR else "yellow")
+
+
+def _failed_checks(ctx: click.Context, table: TableConfig, result: Any) -> bool:
+    """Report every failed asset check of the run; True when there was one (exit 1): a
+    sync whose data does not match MySQL has not succeeded."""
+    bad = [c for c in result.get_asset_check_evaluations() if not c.passed]
+    for c in bad:
+        counts = {
+            k: v.value for k, v in c.metadata.items() if k in ("mysql_rows", "warehouse_rows")
+        }
+        detail = ", ".join(f"{k} {v:,}" for k, v in counts.items())
+        _say(
+            ctx,
+            logging.ERROR,
+            f"{table.name}: run {result.run_id} FAILED its check {c.check_name} ({detail}): "
+            f"{c.description}",
+            event="check_failed",
+            table=table.name,
+            run_id=result.run_id,
+            error=c.description,
+            **({"rows": counts["warehouse_rows"]} if "warehouse_rows" in counts else {}),
+        )
+    return bool(bad)
+
+
+def _report_unread_rows(ctx: click.Context, table: TableConfig, store: Any) -> None:
+    """Warn about rows no run has copied (future-dated, NULL or zero cursors, before start)."""
+    rec = store.read(table.name)
+    counts = rec.source_counts if rec else None
+    for line in counts.warnings(table.name) if counts else []:
+        _say(ctx, logging.WARNING, f"warning: {line}", event="rows_not_copied", table=table.name)
 
 
 def _execute(runner: Any, plan: Any, inst: Any, limit: int | None, tags: dict, quiet: bool):
@@ -309,6 +353,19 @@ def render_record(
     ]
     if rec.last_error:
         lines.append(f"    last error:           {rec.last_error}")
+    sc = rec.source_counts
+    if sc is not None:
+        lines += [
+            "",
+            f"  Rows the last backup did not read (counted {_fmt(sc.counted_at)}, MySQL clock)",
+            f"    above the safety bound: {sc.above_bound:,} (read by a later sync; bound "
+            f"{_fmt(sc.upper_bound)})",
+            f"    dated in the future:    {sc.future:,}"
+            + (f" (latest {_fmt(sc.latest_future)})" if sc.latest_future else ""),
+            f"    NULL cursor:            {sc.null_cursor:,}",
+            f"    zero-date cursor:       {sc.zero_date_cursor:,}",
+            f"    before the start:       {sc.before_start:,}",
+        ]
     if rec.backup_strategy == MANUAL_STRATEGY:
         what = (
             f"set by hand to {_fmt(rec.manual_timestamp)}"
@@ -1060,7 +1117,7 @@ def verify(name: str, from_key: str | None, to_key: str | None, as_json: bool) -
     """
     from s3rs_assets.load_stage import load_target
     from s3rs_assets.partitions import partition_keys, partitions_def, window
-    from s3rs_assets.verify import verify_table
+    from s3rs_assets.verify import unpartitioned_rows, verify_table
 
     table = _table(name)
     keys = partition_keys(table)
@@ -1080,6 +1137,9 @@ def verify(name: str, from_key: str | None, to_key: str | None, as_json: bool) -
     target = load_target(table, mysql)
     with mysql.connect() as conn:
         checks = verify_table(conn, warehouse, target, table, parts)
+        outside = unpartitioned_rows(
+            conn, table, window(pdef, keys[0])[0], window(pdef, keys[-1])[1]
+        )
     bad = [c for c in checks if not c.ok]
     if as_json:
         _dump(
@@ -1087,6 +1147,12 @@ def verify(name: str, from_key: str | None, to_key: str | None, as_json: bool) -
                 "table": table.name,
                 "target": target.qualified,
                 "ok": not bad,
+                "rows_outside_partitions": {
+                    "null_cursor": outside.null_cursor,
+                    "zero_date_cursor": outside.zero_date_cursor,
+                    "before_start": outside.before_start,
+                    "after_last_partition": outside.after_last,
+                },
                 "partitions": [
                     {
                         "partition": c.partition,
@@ -1122,6 +1188,13 @@ def verify(name: str, from_key: str | None, to_key: str | None, as_json: bool) -
             f"{len(checks)} partition(s) compared ({empty} empty on both sides not shown): "
             + (f"{len(bad)} MISMATCH" if bad else "all match")
         )
+        if outside.total:
+            echo(
+                f"warning: {table.name}: {outside.total:,} MySQL row(s) lie outside every "
+                f"partition and are not compared: {outside.describe()}",
+                err=True,
+                fg="yellow",
+            )
     if bad:
         sys.exit(1)
 

@@ -16,8 +16,8 @@ import dagster as dg
 from s3rs_assets.extract import PartitionRun
 from s3rs_assets.names import WATERMARK_METADATA_KEY
 from s3rs_assets.resources import S3Resource
-from s3rs_assets.source import Anomalies, SafetyBound
-from s3rs_assets.watermark import FileEntry, WatermarkRecord, iso, utcnow
+from s3rs_assets.source import SafetyBound
+from s3rs_assets.watermark import FileEntry, SourceCounts, WatermarkRecord, iso, utcnow
 from s3rs_assets.watermark_store import WatermarkStore
 
 
@@ -26,7 +26,7 @@ class BackupOutput:
     table: str
     runs: list[PartitionRun]
     bound: SafetyBound
-    anomalies: Anomalies
+    anomalies: SourceCounts
     seconds: float
     spark_seconds: float = 0.0
     skipped: list[str] = field(default_factory=list)
@@ -102,6 +102,7 @@ def backup_metadata(out: BackupOutput, record: WatermarkRecord) -> dict[str, Any
         "partitions": dg.MetadataValue.json(per_partition),
         "skipped_partitions": dg.MetadataValue.json(out.skipped),
         **{k: dg.MetadataValue.int(v) for k, v in out.anomalies.metadata().items()},
+        "latest_future_cursor": dg.MetadataValue.text(iso(out.anomalies.latest_future) or "-"),
         "safety_bound": dg.MetadataValue.json(out.bound.metadata()),
         "written_files": dg.MetadataValue.json([f.key for f in files]),
         "table_rows_extracted": dg.MetadataValue.int(record.mysql_rows_extracted),
@@ -126,6 +127,7 @@ class S3RSIOManager(dg.ConfigurableIOManager):
                 rec.mysql_status = "success"
                 rec.last_mysql_extraction_time = utcnow()
                 rec.last_error = None
+                rec.source_counts = obj.anomalies
 
             record = store.update(obj.table, close)
             md = {**backup_metadata(obj, record), **save_metadata(store)}

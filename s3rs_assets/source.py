@@ -8,7 +8,7 @@ lag-only safety bound and says so in `SafetyBound.note`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -19,7 +19,7 @@ from s3rs_assets.cursor import ChunkPlan, KeyColumns, SubRange, after, below, li
 from s3rs_assets.errors import SourceSchemaError
 from s3rs_assets.identifiers import mysql_quote, mysql_table
 from s3rs_assets.types import SourceColumn, column_type, select_expr
-from s3rs_assets.watermark import Position
+from s3rs_assets.watermark import Position, SourceCounts
 
 TEMPORAL = ("datetime", "timestamp", "date")
 
@@ -258,24 +258,11 @@ def safety_bound(conn: pymysql.connections.Connection, lag: timedelta) -> Safety
     return SafetyBound(now, upper, lag, readable, tuple(found), note)
 
 
-@dataclass
-class Anomalies:
-    """Rows no partition will ever read; reported, never silently dropped."""
-
-    null_cursor: int = 0
-    zero_date_cursor: int = 0
-    before_start: int = 0
-    notes: list[str] = field(default_factory=list)
-
-    def metadata(self) -> dict[str, int]:
-        return {
-            "null_cursor_rows": self.null_cursor,
-            "zero_date_cursor_rows": self.zero_date_cursor,
-            "rows_before_start": self.before_start,
-        }
-
-
-def anomalies(conn: pymysql.connections.Connection, src: SourceTable, start: datetime) -> Anomalies:
+def source_counts(
+    conn: pymysql.connections.Connection, src: SourceTable, start: datetime, bound: SafetyBound
+) -> SourceCounts:
+    """Count the rows this run cannot read (see `SourceCounts`): two index range scans, one
+    below `start` (NULL, zero dates, before start) and one from the bound up."""
     c = mysql_quote(src.cursor)
     with conn.cursor() as cur:
         cur.execute(
@@ -283,7 +270,23 @@ def anomalies(conn: pymysql.connections.Connection, src: SourceTable, start: dat
             f"FROM {src.qualified} WHERE {c} IS NULL OR {c} < {literal(start)}"
         )
         null, zero, before = (int(v or 0) for v in cur.fetchone())
-    return Anomalies(null, zero, before)
+        now = literal(bound.server_now)
+        cur.execute(
+            f"SELECT COUNT(*), SUM({c} > {now}), MAX({c}) FROM {src.qualified} "
+            f"WHERE {c} >= {literal(bound.upper)}"
+        )
+        above, future, latest = cur.fetchone()
+    future = int(future or 0)
+    return SourceCounts(
+        counted_at=bound.server_now,
+        upper_bound=bound.upper,
+        null_cursor=null,
+        zero_date_cursor=zero,
+        before_start=before,
+        above_bound=int(above or 0),
+        future=future,
+        latest_future=latest if future else None,
+    )
 
 
 def plan_chunk(

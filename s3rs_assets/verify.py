@@ -191,3 +191,44 @@ def verify_table(
                     )
                 )
     return checks
+
+
+@dataclass(frozen=True)
+class Unpartitioned:
+    """MySQL rows no partition window holds, so no partition comparison can see them."""
+
+    null_cursor: int
+    zero_date_cursor: int
+    before_start: int
+    after_last: int  # dated at or after the end of the current partition: the future
+
+    @property
+    def total(self) -> int:
+        return self.null_cursor + self.zero_date_cursor + self.before_start + self.after_last
+
+    def describe(self) -> str:
+        parts = [
+            (self.after_last, "dated after the current partition (the future)"),
+            (self.null_cursor, "with a NULL cursor"),
+            (self.zero_date_cursor, "with a zero-date cursor"),
+            (self.before_start, "dated before the first partition"),
+        ]
+        return ", ".join(f"{n:,} {what}" for n, what in parts if n) or "none"
+
+
+def unpartitioned_rows(
+    mysql_conn: Any, table_cfg: TableConfig, start: datetime, end: datetime
+) -> Unpartitioned:
+    """Count the rows outside [start, end), the span of every partition of the table."""
+    schema, table = split_qualified(table_cfg.name, "table")
+    c = mysql_quote(table_cfg.cursor)
+    with mysql_conn.cursor() as cur:
+        cur.execute(
+            f"SELECT SUM({c} IS NULL), SUM({c} = 0), SUM({c} <> 0 AND {c} < %s), "
+            f"SUM({c} >= %s) FROM {mysql_table(schema, table)} "
+            f"WHERE {c} IS NULL OR {c} < %s OR {c} >= %s",
+            (start, end, start, end),
+        )
+        row = cur.fetchone()
+    return Unpartitioned(*(int(v or 0) for v in row))
+

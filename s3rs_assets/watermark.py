@@ -96,6 +96,54 @@ class LoadState(_Model):
     loaded_at: datetime = Field(default_factory=utcnow)
 
 
+class SourceCounts(_Model):
+    """Rows the last backup run did not read, counted on every run so none is dropped
+    silently: NULL or zero cursors and rows before `start` (no partition holds them), rows
+    at or above the safety bound (read by a later run), of which `future` are dated after
+    MySQL's clock (clock skew, bad imports, scheduled rows: read once the clock passes)."""
+
+    counted_at: datetime  # MySQL's clock, source time zone
+    upper_bound: datetime
+    null_cursor: NonNegativeInt = 0
+    zero_date_cursor: NonNegativeInt = 0
+    before_start: NonNegativeInt = 0
+    above_bound: NonNegativeInt = 0
+    future: NonNegativeInt = 0
+    latest_future: datetime | None = None
+
+    def metadata(self) -> dict[str, int]:
+        return {
+            "null_cursor_rows": self.null_cursor,
+            "zero_date_cursor_rows": self.zero_date_cursor,
+            "rows_before_start": self.before_start,
+            "rows_above_bound": self.above_bound,
+            "future_rows": self.future,
+        }
+
+    def warnings(self, table: str) -> list[str]:
+        """One line per kind of row no run has copied, naming the table and the count."""
+        out = []
+        if self.future:
+            out.append(
+                f"{table}: {self.future:,} row(s) are dated after MySQL's clock "
+                f"({iso(self.counted_at)}; latest {iso(self.latest_future)}): not copied "
+                "until the clock passes them"
+            )
+        if self.null_cursor:
+            out.append(f"{table}: {self.null_cursor:,} row(s) have a NULL cursor: never copied")
+        if self.zero_date_cursor:
+            out.append(
+                f"{table}: {self.zero_date_cursor:,} row(s) have a zero-date cursor "
+                "(0000-00-00): never copied"
+            )
+        if self.before_start:
+            out.append(
+                f"{table}: {self.before_start:,} row(s) are dated before the first partition "
+                "(tables.yaml start): never copied"
+            )
+        return out
+
+
 class BackupMetadata(_Model):
     saved_at: datetime
     session_id: str | None = None
@@ -125,6 +173,8 @@ class WatermarkRecord(_Model):
     updated_at: datetime = Field(default_factory=utcnow)
     partitions: dict[str, PartitionState] = Field(default_factory=dict)
     loaded_partitions: dict[str, LoadState] = Field(default_factory=dict)
+    #: what the last backup run found it could not read (None before the first run)
+    source_counts: SourceCounts | None = None
     backup_metadata: BackupMetadata | None = None
 
     @classmethod

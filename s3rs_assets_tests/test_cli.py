@@ -10,6 +10,7 @@ import importlib
 import json
 import os
 import sys
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -960,3 +961,64 @@ def test_sync_json_lines_only_once_dagster_console_is_silenced(stack, orders, mo
     assert {"step_start", "run_log", "progress"} <= kinds
     assert any("chunk 1" in e["message"] for e in events if e["event"] == "run_log")
     assert all(e.get("table") == name for e in events if e["logger"] == "s3rs.run")
+
+
+def _mysql_now(db: str) -> datetime:
+    with mysql(db) as conn, conn.cursor() as cur:
+        cur.execute("SELECT NOW(6)")
+        return cur.fetchone()[0]
+
+
+def test_sync_fails_when_its_check_fails(stack, orders):
+    """A sync whose warehouse does not match MySQL afterwards has not succeeded."""
+    name = stack.name("cli_orders")
+    with mysql(stack.db) as conn:
+        now = _mysql_now(stack.db)
+        insert_rows(conn, "cli_orders", [(80, now - timedelta(seconds=2)),
+                                         (81, now - timedelta(seconds=1))])
+    assert invoke("sync", "-t", name, "--no-progress").exit_code == 0
+    with pg(stack) as c:
+        c.execute(f'DELETE FROM "{stack.db}"."cli_orders" WHERE id = 80')
+    r = invoke("--log-format", "json", "sync", "-t", name)
+    assert r.exit_code == 1, r.output
+    failures = [e for e in _json_lines(r.stderr) if e.get("event") == "check_failed"]
+    assert failures and failures[0]["table"] == name
+    assert "MISMATCH" in failures[0]["error"] and key_of(day(0)) in failures[0]["error"]
+    assert f"failed: {name}" in r.stderr
+    text = invoke("sync", "-t", name, "--no-progress")
+    assert text.exit_code == 1
+    assert "FAILED its check matches_mysql (mysql_rows " in text.stderr
+    assert "succeeded" not in text.stdout
+
+
+def test_sync_reports_future_rows_and_copies_them_once_the_clock_passes(stack, orders):
+    """Rows dated after MySQL's clock are counted and named on every run, never dropped."""
+    name = stack.name("cli_orders")
+    now = _mysql_now(stack.db)
+    soon = now + timedelta(seconds=12)  # well past the sync's set-up time
+    with mysql(stack.db) as conn:
+        insert_rows(conn, "cli_orders", [(i, now + timedelta(days=2)) for i in (70, 71, 72)])
+        insert_rows(conn, "cli_orders", [(73, soon), (74, soon)])
+    r = invoke("sync", "-t", name, "--no-progress")
+    assert r.exit_code == 0, r.output
+    assert f"warning: {name}: 5 row(s) are dated after MySQL's clock" in r.stderr
+    shown = invoke("watermark", "get", "-t", name)
+    assert "dated in the future:    5" in shown.output
+    assert json.loads(invoke("watermark", "get", "-t", name, "--json").stdout)[
+        "source_counts"]["future"] == 5
+    checked = invoke("verify", "-t", name)  # rows 73, 74 are in today's window: not synced
+    assert checked.exit_code == 1 and "1 MISMATCH" in checked.output
+    assert "3 dated after the current partition (the future)" in checked.stderr
+    while _mysql_now(stack.db) <= soon:
+        time.sleep(0.2)
+    for _ in range(5):  # another session's open transaction may hold the bound back
+        again = invoke("sync", "-t", name, "--no-progress")
+        assert again.exit_code == 0, again.output
+        if stack.store.read(name).source_counts.upper_bound > soon:
+            break
+        time.sleep(1)
+    assert f"warning: {name}: 3 row(s) are dated after MySQL's clock" in again.stderr
+    with pg(stack) as c:
+        got = {r[0] for r in c.execute(
+            f'SELECT id FROM "{stack.db}"."cli_orders" WHERE id >= 70').fetchall()}
+    assert got == {73, 74}

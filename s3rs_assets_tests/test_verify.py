@@ -189,3 +189,4 @@ def test_boolean_and_date_keys_print_alike():
     assert "IF(`flag` <> 0, '1', '0'), '|', DATE_FORMAT(`d`, '%%Y-%%m-%%d')" in mysql_checksum_sql(
         "a.x", t, 1
     )
+
