@@ -527,12 +527,20 @@ def run_backup(
     from s3rs_assets.assets import build_table_assets
     from s3rs_assets.io_manager import S3RSIOManager, store_for
     from s3rs_assets.names import asset_key
-    from s3rs_assets.resources import DEFAULT_JDBC_JARS, MySQLResource, S3Resource, SparkResource
+    from s3rs_assets.resources import (
+        DEFAULT_JDBC_JARS,
+        MySQLResource,
+        S3Resource,
+        SparkResource,
+        spark_defaults,
+    )
 
     cfg = table_config(table, args)
     spark = SparkResource(
-        master=os.environ.get("S3RS_SPARK_MASTER") or "local[2]",
-        jars=os.environ.get("S3RS_SPARK_JARS") or DEFAULT_JDBC_JARS,
+        spark_config=spark_defaults(
+            os.environ.get("S3RS_SPARK_MASTER") or "local[2]",
+            os.environ.get("S3RS_SPARK_JARS") or DEFAULT_JDBC_JARS,
+        )
     )
     with mem.measure("spark_start"):
         t0 = time.perf_counter()

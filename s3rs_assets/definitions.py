@@ -9,7 +9,14 @@ import dagster as dg
 from s3rs_assets.assets import build_sync_job, build_table_assets
 from s3rs_assets.config import load_tables
 from s3rs_assets.io_manager import S3RSIOManager
-from s3rs_assets.resources import DEFAULT_JDBC_JARS, MySQLResource, S3Resource, SparkResource
+from s3rs_assets.names import job_name
+from s3rs_assets.resources import (
+    DEFAULT_JDBC_JARS,
+    MySQLResource,
+    S3Resource,
+    SparkResource,
+    spark_defaults,
+)
 from s3rs_assets.sensors import build_sensors
 from s3rs_assets.warehouse import WarehouseResource
 
@@ -29,8 +36,10 @@ def build_definitions() -> dg.Definitions:
             "mysql": MySQLResource(url=dg.EnvVar("S3RS_MYSQL_URL")),
             "s3": s3,
             "spark": SparkResource(
-                master=os.environ.get("S3RS_SPARK_MASTER", "local[*]"),
-                jars=os.environ.get("S3RS_SPARK_JARS", DEFAULT_JDBC_JARS),
+                spark_config=spark_defaults(
+                    os.environ.get("S3RS_SPARK_MASTER", "local[*]"),
+                    os.environ.get("S3RS_SPARK_JARS", DEFAULT_JDBC_JARS),
+                )
             ),
             "warehouse": WarehouseResource(
                 url=dg.EnvVar("S3RS_REDSHIFT_URL"),
@@ -44,3 +53,9 @@ def build_definitions() -> dg.Definitions:
 
 
 defs = build_definitions()
+
+
+def sync_job(table: str) -> dg.JobDefinition:
+    """The resolved `<schema>__<table>__sync` job, for `dg.build_reconstructable_job`."""
+    return defs.resolve_job_def(job_name(table))
+

@@ -24,6 +24,10 @@ TABLE_TAG = "s3rs/table"
 WATERMARK_METADATA_KEY = "s3rs/watermark"
 #: The asset check on `redshift_table` comparing MySQL and the warehouse.
 CHECK_NAME = "matches_mysql"
+#: Dagster's run tags for a single-run partition range (documented, but not exported as
+#: constants by the public API).
+RANGE_START_TAG = "dagster/asset_partition_range_start"
+RANGE_END_TAG = "dagster/asset_partition_range_end"
 
 
 def _parts(table: TableConfig | str) -> tuple[str, str]:

@@ -7,13 +7,15 @@ text form: `DatabaseURL.redacted()` is what logs and errors show.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from typing import Any
 
 import boto3
 import dagster as dg
+import dagster_aws.s3
 import pymysql
-from botocore.config import Config
+from dagster_pyspark import LazyPySparkResource
 from pydantic import Field, PrivateAttr
 
 from s3rs_assets.config import DatabaseURL
@@ -145,37 +147,44 @@ class MySQLResource(RedactedURL, dg.ConfigurableResource):
         return {"user": p.user, "password": p.password, "driver": "org.mariadb.jdbc.Driver"}
 
 
-class S3Resource(dg.ConfigurableResource):
-    """The bucket holding parquet files and watermarks; credentials come from the standard
-    AWS chain (AWS_ACCESS_KEY_ID, ..., AWS_ENDPOINT_URL_S3 for moto or MinIO)."""
+class S3Resource(dagster_aws.s3.S3Resource):
+    """The bucket holding parquet files and watermarks: dagster-aws's `S3Resource` (its
+    `endpoint_url`, `region_name`, `max_attempts`, `profile_name` and credential fields,
+    botocore standard-mode retries) plus where s3rs keeps things in it.
+
+    Unset fields fall back to the standard AWS chain (AWS_ACCESS_KEY_ID, ...,
+    AWS_ENDPOINT_URL_S3 for moto or MinIO).
+    """
 
     bucket: str = Field(description="S3RS_S3_BUCKET")
     prefix: str = Field(default="s3rs", description="S3RS_S3_PREFIX: key prefix for everything.")
-    endpoint_url: str | None = Field(default=None, description="Overrides AWS_ENDPOINT_URL_S3.")
-    region_name: str | None = Field(default=None, description="Overrides AWS_DEFAULT_REGION.")
-    max_attempts: int = Field(default=6, description="botocore standard-mode retry attempts.")
-
-    def client_kwargs(self) -> dict[str, Any]:
-        endpoint = self.endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or None
-        region = self.region_name or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
-        return {"endpoint_url": endpoint, "region_name": region}
+    _client: Any = PrivateAttr(default=None)
 
     def client(self) -> Any:
-        cfg = Config(retries={"mode": "standard", "max_attempts": self.max_attempts})
-        return boto3.client("s3", config=cfg, **self.client_kwargs())
+        """One boto3 client per resource instance (clients are thread-safe)."""
+        if self._client is None:
+            self._client = self.get_client()
+        return self._client
 
     def task_config(self) -> dict[str, Any]:
-        """What a Spark task needs to build its own client (it may run on another host)."""
-        creds = boto3.Session().get_credentials()
-        frozen = creds.get_frozen_credentials() if creds else None
-        kw = self.client_kwargs()
-        if frozen is not None:
+        """What a Spark task needs to build its own client (it may run on another host):
+        endpoint, region and the credentials this process resolved. Never logged."""
+        meta = self.client().meta
+        kw: dict[str, Any] = {
+            "endpoint_url": meta.endpoint_url,
+            "region_name": meta.region_name,
+            "max_attempts": self.max_attempts,
+        }
+        if self.aws_access_key_id:
+            keys = (self.aws_access_key_id, self.aws_secret_access_key, self.aws_session_token)
+        else:
+            creds = boto3.session.Session(profile_name=self.profile_name).get_credentials()
+            frozen = creds.get_frozen_credentials() if creds else None
+            keys = (frozen.access_key, frozen.secret_key, frozen.token) if frozen else None
+        if keys is not None:
             kw.update(
-                aws_access_key_id=frozen.access_key,
-                aws_secret_access_key=frozen.secret_key,
-                aws_session_token=frozen.token,
+                aws_access_key_id=keys[0], aws_secret_access_key=keys[1], aws_session_token=keys[2]
             )
-        kw["max_attempts"] = self.max_attempts
         return kw
 
     @property
@@ -188,28 +197,62 @@ class S3Resource(dg.ConfigurableResource):
 
 
 _SPARK_LOCK = threading.Lock()
+UTC_JAVA_OPTION = "-Duser.timezone=UTC"
 
 
-class SparkResource(dg.ConfigurableResource):
-    """One SparkSession per process, built on first use (sensors and the CLI never use it).
+def spark_defaults(master: str = "local[*]", jars: str = DEFAULT_JDBC_JARS) -> dict[str, str]:
+    """The spark_config s3rs runs with: `master` is `local[*]`, a standalone
+    `spark://host:port` or a Spark Connect `sc://host:port` URL."""
+    if master.startswith("sc://"):
+        # a Connect server has its own JVM settings: only the session time zone is ours
+        return {"spark.remote": master, "spark.sql.session.timeZone": "UTC"}
+    conf = {
+        "spark.master": master,
+        "spark.app.name": "s3rs",
+        "spark.driver.memory": "2g",
+        "spark.driver.extraJavaOptions": UTC_JAVA_OPTION,
+        "spark.executor.extraJavaOptions": UTC_JAVA_OPTION,
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+    }
+    if jars:
+        conf["spark.jars"] = jars
+    return conf
 
-    `master` is `local[*]`, a standalone `spark://host:port`, or a Spark Connect `sc://`
-    URL; nothing else in the code depends on which.
+
+class SparkResource(LazyPySparkResource):
+    """dagster-pyspark's lazy SparkSession (`spark_config`, built on first use, once per
+    process: sensors and the CLI never build it) plus what s3rs needs of it: the JDBC jar,
+    UTC everywhere (a non-UTC JVM shifts every DATETIME by hours), Spark's Python workers
+    running this interpreter, warmed up before the first chunk.
+
+    `spark_config` is passed to `SparkSession.builder.config` as is; `spark_defaults()`
+    gives s3rs's settings for a master URL.
     """
 
-    master: str = Field(default="local[*]", description="S3RS_SPARK_MASTER")
-    app_name: str = Field(default="s3rs")
-    jars: str = Field(default=DEFAULT_JDBC_JARS, description="Comma-separated JDBC driver jars.")
-    driver_memory: str = Field(default="2g")
-    conf: dict[str, str] = Field(default_factory=dict, description="Extra spark.* settings.")
-    _session: Any = PrivateAttr(default=None)
+    spark_config: dict[str, Any] = Field(
+        default_factory=spark_defaults,
+        description="spark.* settings; spark.master (local[*], spark://...) or spark.remote "
+        "(sc://... Spark Connect). See s3rs_assets.resources.spark_defaults.",
+    )
+
+    @property
+    def master(self) -> str:
+        conf = self.spark_config
+        return str(conf.get("spark.remote") or conf.get("spark.master") or "local[*]")
+
+    def _init_session(self) -> None:
+        if self._spark_session is None:
+            with _SPARK_LOCK:
+                if self._spark_session is None:
+                    session = get_spark(self)
+                    warm_up(session)
+                    self._spark_session = session
 
     def session(self) -> Any:
-        if self._session is None:
-            with _SPARK_LOCK:
-                self._session = get_spark(self)
-                warm_up(self._session)
-        return self._session
+        return self.spark_session
 
 
 def _warm(batches: Any) -> Any:
@@ -233,35 +276,39 @@ def warm_up(session: Any) -> None:
 
 
 def get_spark(res: SparkResource) -> Any:
+    """The process's SparkSession (an active one is reused), checked for UTC."""
     from pyspark.sql import SparkSession
 
-    active = SparkSession.getActiveSession()
-    if active is not None:
-        return active
-    tz = "-Duser.timezone=UTC"
-    builder = SparkSession.builder.appName(res.app_name)
-    if res.master.startswith("sc://"):
-        builder = builder.remote(res.master)
-    else:
-        builder = builder.master(res.master)
-        builder = (
-            builder.config("spark.driver.memory", res.driver_memory)
-            .config("spark.driver.extraJavaOptions", tz)
-            .config("spark.executor.extraJavaOptions", tz)
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
+    session = SparkSession.getActiveSession()
+    if session is None:
+        conf = dict(res.spark_config)
+        local = str(conf.get("spark.master", "")).startswith("local")
+        jars = [j for j in str(conf.get("spark.jars", "")).split(",") if j]
+        missing = [j for j in jars if not os.path.exists(j)]
+        if missing and local:
+            raise ConfigError(
+                f"JDBC driver jar {missing[0]} not found: run `make setup` "
+                "(installs Debian's libmariadb-java) or set S3RS_SPARK_JARS"
+            )
+        if local and not os.environ.get("PYSPARK_PYTHON"):
+            # Python workers must run this interpreter, not `python3` from PATH (cron,
+            # systemd: no venv on PATH). SparkContext reads the variable, not a conf key.
+            os.environ["PYSPARK_PYTHON"] = sys.executable
+        builder = SparkSession.builder
+        for k, v in conf.items():
+            builder = builder.config(k, v)
+        session = builder.getOrCreate()
+    check_utc(session)
+    return session
+
+
+def check_utc(session: Any) -> None:
+    """Refuse a session whose SQL time zone is not UTC (an existing session, a Spark Connect
+    server): DATETIME values would shift by the zone's offset."""
+    tz = session.conf.get("spark.sql.session.timeZone", None)
+    if tz not in ("UTC", "Etc/UTC", "GMT", "Z", "+00:00"):
+        raise ConfigError(
+            f"the SparkSession's spark.sql.session.timeZone is {tz!r}, not UTC: s3rs would "
+            "shift every DATETIME by that zone's offset. Set spark.sql.session.timeZone=UTC "
+            "(and -Duser.timezone=UTC for the JVMs) on the session or the Spark Connect server"
         )
-        if res.jars:
-            missing = [j for j in res.jars.split(",") if j and not os.path.exists(j)]
-            if missing and res.master.startswith("local"):
-                raise ConfigError(
-                    f"JDBC driver jar {missing[0]} not found: run `make setup` "
-                    "(installs Debian's libmariadb-java) or set S3RS_SPARK_JARS"
-                )
-            builder = builder.config("spark.jars", res.jars)
-    builder = builder.config("spark.sql.session.timeZone", "UTC").config(
-        "spark.sql.execution.arrow.pyspark.enabled", "true"
-    )
-    for k, v in res.conf.items():
-        builder = builder.config(k, v)
-    return builder.getOrCreate()

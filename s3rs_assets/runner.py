@@ -11,15 +11,10 @@ import os
 from dataclasses import dataclass
 
 import dagster as dg
-from dagster._core.definitions.reconstruct import ReconstructableJob, ReconstructableRepository
-from dagster._core.storage.tags import (
-    ASSET_PARTITION_RANGE_END_TAG,
-    ASSET_PARTITION_RANGE_START_TAG,
-)
 
 from s3rs_assets.config import TableConfig
 from s3rs_assets.errors import ConfigError
-from s3rs_assets.names import TABLE_TAG, asset_key, job_name
+from s3rs_assets.names import RANGE_END_TAG, RANGE_START_TAG, TABLE_TAG, asset_key
 from s3rs_assets.partitions import partition_keys
 from s3rs_assets.watermark import WatermarkRecord
 
@@ -109,8 +104,14 @@ def execute(
     loggers: dict | None = None,
 ) -> dg.ExecuteJobResult:
     """Run `plan` in this process; `loggers` overrides the run's Dagster loggers config."""
-    repo = ReconstructableRepository.for_module(DEFINITIONS_MODULE, "defs", os.getcwd())
-    recon = ReconstructableJob(repo, job_name(plan.table))
+    # Reconstructable (not the job object itself): execute_job records the run with a
+    # pointer to the code, as `dagster job execute` would.
+    recon = dg.build_reconstructable_job(
+        DEFINITIONS_MODULE,
+        "sync_job",
+        reconstructable_args=(plan.table.name,),
+        reconstructor_working_directory=os.getcwd(),
+    )
     run_config: dict = {}
     if limit is not None and "backup" in plan.stages:
         op = "__".join(asset_key(plan.table, "s3_parquet").path)
@@ -118,8 +119,8 @@ def execute(
     if loggers:
         run_config["loggers"] = loggers
     tags = {
-        ASSET_PARTITION_RANGE_START_TAG: plan.start,
-        ASSET_PARTITION_RANGE_END_TAG: plan.end,
+        RANGE_START_TAG: plan.start,
+        RANGE_END_TAG: plan.end,
         TABLE_TAG: plan.table.name,
         **(extra_tags or {}),
     }

@@ -137,9 +137,9 @@ def pg_url(pg_db: str) -> str:
 
 @pytest.fixture(scope="session")
 def spark_resource():
-    from s3rs_assets.resources import SparkResource
+    from s3rs_assets.resources import SparkResource, spark_defaults
 
-    return SparkResource(master="local[2]")
+    return SparkResource(spark_config=spark_defaults("local[2]"))
 
 
 @pytest.fixture(scope="session")

@@ -1022,3 +1022,25 @@ def test_sync_reports_future_rows_and_copies_them_once_the_clock_passes(stack, o
         got = {r[0] for r in c.execute(
             f'SELECT id FROM "{stack.db}"."cli_orders" WHERE id >= 70').fetchall()}
     assert got == {73, 74}
+
+
+@pytest.mark.slow
+def test_sync_works_without_the_venv_on_path(stack, orders):
+    """cron, systemd or a scheduler's shell step run `.venv/bin/s3rs` with a bare PATH and no
+    PYSPARK_PYTHON: Spark's Python workers must still run the venv's interpreter."""
+    import subprocess
+
+    from s3rs_assets_tests.conftest import REPO
+
+    env = {k: v for k, v in os.environ.items()
+           if k.startswith(("S3RS_", "AWS_", "DAGSTER_")) or k in ("HOME", "LANG", "JAVA_HOME")}
+    env["PATH"] = "/usr/bin:/bin"
+    env["PYTHONPATH"] = str(REPO)  # this checkout, as the editable install would
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "s3rs"), "sync", "-t", stack.name("cli_orders"),
+         "--backup-only", "--no-progress"],
+        env=env, cwd="/", capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "No module named" not in proc.stderr
+    assert stack.store.read(stack.name("cli_orders")).mysql_rows_extracted == 60

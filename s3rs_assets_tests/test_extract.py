@@ -148,11 +148,12 @@ def test_limit_stops_early_and_resumes(
 KILL_SCRIPT = textwrap.dedent(
     """
     import sys
-    from s3rs_assets.resources import S3Resource, SparkResource
+    from s3rs_assets.resources import S3Resource, SparkResource, spark_defaults
     from s3rs_assets_tests.helpers import backup, resources, table_cfg
     mysql_db, mysql_url, bucket = sys.argv[1:4]
     cfg = table_cfg(mysql_db, "ext_kill", chunk_rows=500, parallelism=2)
-    res = resources(mysql_url, S3Resource(bucket=bucket), SparkResource(master="local[2]"))
+    spark = SparkResource(spark_config=spark_defaults("local[2]"))
+    res = resources(mysql_url, S3Resource(bucket=bucket), spark)
     backup(cfg, res, partition="2025-03-04")
     """
 )

@@ -67,10 +67,11 @@ AWS_VARS = ("AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
 BACKUP_SCRIPT = textwrap.dedent(
     """
     import sys, time
-    from s3rs_assets.resources import S3Resource, SparkResource
+    from s3rs_assets.resources import S3Resource, SparkResource, spark_defaults
     from s3rs_assets_tests.helpers import backup, resources, table_cfg
     mysql_db, mysql_url, bucket, master = sys.argv[1:5]
-    res = resources(mysql_url, S3Resource(bucket=bucket), SparkResource(master=master))
+    spark = SparkResource(spark_config=spark_defaults(master))
+    res = resources(mysql_url, S3Resource(bucket=bucket), spark)
     for arg in sys.argv[5:]:
         table, reader = arg.split(":")
         cfg = table_cfg(mysql_db, table, chunk_rows={chunk}, parallelism={par}, reader=reader)
