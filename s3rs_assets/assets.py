@@ -59,8 +59,8 @@ def run_backup(
         context.log.info(f"{table.name}: safety bound {bound.upper} ({bound.note})")
     store = store_for(s3, context.run_id, context.instance)
     # Validate (and if lost, recover) the watermark before Spark starts or anything is read.
-    store.read(table.name, now=bound.server_now)
-    recovery = store.last_recovery.as_metadata() if store.last_recovery else None
+    report = store.recover(table.name, now=bound.server_now)
+    recovery = report.as_metadata() if report.recovered else None
     if recovery:
         context.log.warning(f"{table.name}: watermark was lost or invalid and restored: {recovery}")
     t_spark = time.monotonic()

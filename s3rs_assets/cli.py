@@ -534,7 +534,7 @@ def _manual_change(
             )
         change(rec)
 
-    saved = store.update(table.name, guarded, now=now)
+    saved = store.update(table.name, guarded, now=now).record
     echo(f"saved: next sync starts from {next_start(table, saved)[2]}")
 
 

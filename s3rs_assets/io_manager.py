@@ -18,7 +18,7 @@ from s3rs_assets.names import WATERMARK_METADATA_KEY
 from s3rs_assets.resources import S3Resource
 from s3rs_assets.source import Anomalies, SafetyBound
 from s3rs_assets.watermark import FileEntry, WatermarkRecord, iso, utcnow
-from s3rs_assets.watermark_store import WatermarkStore
+from s3rs_assets.watermark_store import UpdateResult, WatermarkStore, event_log_fallback
 
 
 @dataclass
@@ -44,24 +44,22 @@ class LoadOutput:
 def store_for(
     s3: S3Resource, run_id: str | None = None, instance: dg.DagsterInstance | None = None
 ) -> WatermarkStore:
-    """The watermark store; with an instance, its event log is the last recovery source."""
-    fallback = None
-    if instance is not None:
-        from s3rs_assets.sensors import event_log_fallback
+    """The watermark store, built only here (sensors, CLI, assets and tests all use it).
 
-        fallback = event_log_fallback(instance)
+    `run_id` names the session backups; with an instance, its event log is the last
+    recovery source.
+    """
+    fallback = event_log_fallback(instance) if instance is not None else None
     return WatermarkStore(
-        s3.client(), s3.bucket, s3.prefix, session_id=run_id, event_log_fallback=fallback
+        s3.client(), s3.bucket, s3.layout, session_id=run_id, event_log_fallback=fallback
     )
 
 
-def save_metadata(store: WatermarkStore) -> dict[str, Any]:
-    """Where the last save landed (and a recovery, if one happened): shown in the UI."""
-    md: dict[str, Any] = {}
-    if store.last_save is not None:
-        md["watermark_save"] = dg.MetadataValue.json(store.last_save.as_metadata())
-    if store.last_recovery is not None:
-        md["watermark_recovery"] = dg.MetadataValue.json(store.last_recovery.as_metadata())
+def save_metadata(result: UpdateResult) -> dict[str, Any]:
+    """Where a save landed (and a recovery, if its read needed one): shown in the UI."""
+    md: dict[str, Any] = {"watermark_save": dg.MetadataValue.json(result.save.as_metadata())}
+    if result.recovery is not None:
+        md["watermark_recovery"] = dg.MetadataValue.json(result.recovery.as_metadata())
     return md
 
 
@@ -127,15 +125,15 @@ class S3RSIOManager(dg.ConfigurableIOManager):
                 rec.last_mysql_extraction_time = utcnow()
                 rec.last_error = None
 
-            record = store.update(obj.table, close)
-            md = {**backup_metadata(obj, record), **save_metadata(store)}
+            result = store.update(obj.table, close)
+            md = {**backup_metadata(obj, result.record), **save_metadata(result)}
             if obj.recovery:
                 md["watermark_recovery"] = dg.MetadataValue.json(obj.recovery)
             context.add_output_metadata(md)
         elif isinstance(obj, LoadOutput):
             from s3rs_assets.load_stage import close_load
 
-            record = store.update(obj.table, lambda rec: close_load(rec, obj))
+            record = store.update(obj.table, lambda rec: close_load(rec, obj)).record
             context.add_output_metadata(
                 {
                     **obj.metadata,
