@@ -117,6 +117,8 @@ def _record_failure(store, table: str, stage: str, error: Exception) -> None:
 
     with contextlib.suppress(Exception):  # the original error is what the operator needs
         store.update(table, mark)
+    with contextlib.suppress(Exception):  # backups of the progress made, failed or not
+        store.write_backups(table)
 
 
 def build_table_assets(table: TableConfig) -> list[dg.AssetsDefinition]:

@@ -535,6 +535,7 @@ def _manual_change(
         change(rec)
 
     saved = store.update(table.name, guarded, now=now).record
+    store.write_backups(table.name)  # a manual change is a run of its own: back it up now
     echo(f"saved: next sync starts from {next_start(table, saved)[2]}")
 
 

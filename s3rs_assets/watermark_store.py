@@ -2,36 +2,54 @@
 
 Every change is a read-modify-write through `update()`, made compare-and-swap with S3
 conditional writes: `If-None-Match: *` when the primary does not exist yet, `If-Match:
-<etag read>` otherwise. A writer that loses the race (412, or 409 from a concurrent
-conditional write) re-reads and re-applies its change function to the newer record, so two
-runs working on different partitions merge; the change function itself raises
-WatermarkConflict when the newer record is incompatible with what the run did.
+<etag>` otherwise. A writer that loses the race (412, or 409 from a concurrent conditional
+write; a 404 on If-Match means the primary was deleted meanwhile) drops what it knew,
+re-reads and re-applies its change function to the newer record, so two runs working on
+different partitions merge; the change function itself raises WatermarkConflict when the
+newer record is incompatible with what the run did.
 
-Keys come from `s3rs_assets.layout` (primary, daily backup per UTC date, session backup
-per Dagster run id); every save writes all three, byte-identical.
+Keys come from `s3rs_assets.layout`: the primary, a daily backup per UTC date and a
+session backup per Dagster run id.
 
-Saving: S3 calls are retried by botocore alone (standard mode, set on the S3Resource's
-client); the store adds no retry loop of its own, only the compare-and-swap re-apply. The
-primary is read back and verified (ETag, bytes, parse); backups are written only after the
-primary, and a failed backup is logged and reported in the `SaveInfo`, it does not fail
-the save. `update()` returns what it did (`UpdateResult`: the saved record, the save's
-`SaveInfo`, the `RecoveryReport` when its read had to recover): nothing travels on the side.
+Costs are paid once per run, not per checkpoint. A store is the view of one run (one CLI
+command, one sensor tick): it keeps, per table, the record and ETag of its own last read
+or write of the primary. Its first `update()` of a table reads the primary once; every
+later one is a single conditional PUT (`If-Match` the ETag it holds), no GET. `read()`
+answers from the same memory once the store has read or written the table; `read(...,
+fresh=True)`, `recover()` and `forget()` go back to S3. Nothing is lost by trusting it:
+any other writer changes the ETag, so our next PUT fails with 412 and we re-read.
 
-Reading: every read validates (schema version, types, counts, consistency with the
-manifests, cursor not ahead of the source clock). A missing or invalid primary is recovered
-transparently from, in order: today's daily backup, the newest daily backup, the latest
-session backup, any other session backup (newest first), the event log (the latest
-`s3rs/watermark` materialization metadata, `event_log_watermark`); the first valid
-candidate is written back to the primary (conditionally) with
+Writes are verified without reading them back: the body goes with its Content-MD5 (S3
+rejects a corrupted one) and the ETag S3 returns must be that MD5. S3 calls are retried by
+botocore alone (standard mode, set on the S3Resource's client); the store adds no retry
+loop, only the compare-and-swap re-apply.
+
+Backups are not written on every update: `write_backups(table)` copies the current record,
+byte-identical to the primary, to the daily and session keys. The IO manager calls it at
+the end of each stage's materialization, the assets when a stage fails, the CLI after a
+manual change, and recovery after it restores a primary. So the backups are at most one
+run behind the primary. A failed backup is logged and reported, it never fails the run.
+`update()` returns what it did (`UpdateResult`: the saved record, the `SaveInfo`, the
+`RecoveryReport` when its read had to recover): nothing travels on the side.
+
+Reading from S3 validates (schema version, types, counts, consistency with the manifests,
+cursor not ahead of the source clock); every write validates too. A missing or invalid
+primary is recovered transparently from, in order: today's daily backup, the newest daily
+backup, the latest session backup, any other session backup (newest first), the event log
+(the latest `s3rs/watermark` materialization metadata, `event_log_watermark`); the first
+valid candidate is written back to the primary (conditionally) with
 `backup_metadata.recovered_from` set. Nothing is ever reset automatically: a table reads as
 None only when no copy of its watermark exists anywhere.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import logging
 import random
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -146,7 +164,7 @@ def event_log_fallback(instance: dg.DagsterInstance) -> EventLogFallback:
 
 
 class _Lost(Exception):
-    """Internal: our conditional write lost a race, or was superseded right after."""
+    """Internal: our conditional write lost a race (or the primary was deleted meanwhile)."""
 
 
 @dataclass
@@ -161,6 +179,19 @@ class SaveInfo:
     primary_attempts: int = 0  # requests botocore sent for the primary PUT
     cas_rounds: int = 1
     recovered_from: str | None = None
+
+    def merged(self, other: SaveInfo) -> SaveInfo:
+        """This save plus another one of the same table (the primary, then its backups)."""
+        return SaveInfo(
+            table=self.table,
+            session_id=self.session_id,
+            etag=self.etag or other.etag,
+            written={**self.written, **other.written},
+            failed={**self.failed, **other.failed},
+            primary_attempts=self.primary_attempts or other.primary_attempts,
+            cas_rounds=self.cas_rounds,
+            recovered_from=self.recovered_from or other.recovered_from,
+        )
 
     def as_metadata(self) -> dict[str, Any]:
         return {
@@ -253,6 +284,15 @@ class _Got:
     last_modified: datetime | None
 
 
+@dataclass(frozen=True)
+class _Known:
+    """The store's last view of a table's primary: (None, None, None) when it has none."""
+
+    record: WatermarkRecord | None
+    etag: str | None
+    body: bytes | None
+
+
 class WatermarkStore:
     """Read, verify, recover and compare-and-swap watermark records for one bucket/layout.
 
@@ -260,6 +300,9 @@ class WatermarkStore:
     session backups (the Dagster run id); a timestamp id is made when None.
     `event_log_fallback(table) -> JSON text | None` is the last recovery source. S3 calls
     are retried by the client's botocore configuration only.
+
+    Records returned by `read()` and `update()` are the store's own copy of the primary:
+    read them, do not change them (a change goes through `update()`).
     """
 
     def __init__(
@@ -276,6 +319,8 @@ class WatermarkStore:
         self.layout = layout
         self.session_id = check_session(session_id or default_session_id())
         self.event_log_fallback = event_log_fallback
+        self._known: dict[str, _Known] = {}
+        self._lock = threading.Lock()
 
     @property
     def prefix(self) -> str:
@@ -297,11 +342,27 @@ class WatermarkStore:
             raise
 
     def _put(self, key: str, body: bytes, **cond: str) -> tuple[str, int]:
-        """PUT the object; returns (ETag, requests botocore sent)."""
+        """PUT the object and verify it; returns (ETag, requests botocore sent).
+
+        Content-MD5 makes S3 refuse a body damaged on the way; an ETag other than that MD5
+        means the object is not what we sent, and raises WatermarkError.
+        """
+        digest = hashlib.md5(body)
         resp = self.client.put_object(
-            Bucket=self.bucket, Key=key, Body=body, ContentType="application/json", **cond
+            Bucket=self.bucket,
+            Key=key,
+            Body=body,
+            ContentMD5=base64.b64encode(digest.digest()).decode(),
+            ContentType="application/json",
+            **cond,
         )
-        return resp["ETag"], _attempts(resp.get("ResponseMetadata", {}))
+        etag = resp["ETag"]
+        if etag.strip('"') != digest.hexdigest():
+            raise WatermarkError(
+                f"{self._uri(key)} was written but S3 answered ETag {etag}, not the MD5 "
+                f"{digest.hexdigest()} of the watermark sent: the write is not verified"
+            )
+        return etag, _attempts(resp.get("ResponseMetadata", {}))
 
     def _list(self, prefix: str) -> Iterator[dict[str, Any]]:
         paginator = self.client.get_paginator("list_objects_v2")
@@ -314,29 +375,43 @@ class WatermarkStore:
         rec = WatermarkRecord.from_json(body, table_name=table)
         return rec.check(table_name=table, now=now)
 
+    # ----------------------------------------------------------------- memory
+
+    def _get_known(self, table: str) -> _Known | None:
+        with self._lock:
+            return self._known.get(table)
+
+    def _set_known(self, table: str, known: _Known) -> None:
+        with self._lock:
+            self._known[table] = known
+
+    def forget(self, table: str | None = None) -> None:
+        """Drop what this store knows of `table` (of every table when None): the next read
+        or update of it goes to S3."""
+        with self._lock:
+            if table is None:
+                self._known.clear()
+            else:
+                self._known.pop(table, None)
+
     # ------------------------------------------------------------------ saving
 
-    def _save(
+    def _write_primary(
         self,
         table: str,
         record: WatermarkRecord,
         cond: dict[str, str],
         *,
         recovered_from: str | None = None,
-    ) -> tuple[WatermarkRecord, SaveInfo]:
-        """Write the primary conditionally, verify it, then the backups.
+    ) -> SaveInfo:
+        """Validate, write the primary conditionally and verify it; remember the result.
 
-        Raises _Lost when the conditional write lost, or when the read-back shows another
-        writer replaced our object (so the caller re-reads and re-applies its change).
+        Raises _Lost when the conditional write lost (the caller re-reads and re-applies),
+        WatermarkError when S3 failed or the write cannot be verified. Either way this
+        store forgets the table: what S3 holds is unknown until read again.
         """
-        saved_at = datetime.now(UTC).replace(tzinfo=None)
-        keys = {
-            "primary": self.layout.watermark_primary(table),
-            "daily": self.layout.watermark_daily(table, saved_at.date()),
-            "session": self.layout.watermark_session(table, self.session_id),
-        }
         record.backup_metadata = BackupMetadata(
-            saved_at=saved_at,
+            saved_at=datetime.now(UTC).replace(tzinfo=None),
             session_id=self.session_id,
             backup_locations=list(LOCATIONS),
             recovered_from=recovered_from,
@@ -344,11 +419,11 @@ class WatermarkStore:
         record.check(table_name=table)
         body = record.to_json().encode()
         info = SaveInfo(table=table, session_id=self.session_id, recovered_from=recovered_from)
-        primary = keys["primary"]
-
+        primary = self.layout.watermark_primary(table)
         try:
             etag, info.primary_attempts = self._put(primary, body, **cond)
         except ClientError as e:
+            self.forget(table)
             if is_race(e):
                 raise _Lost(_describe(e)) from None
             if "IfMatch" in cond and _missing(e):
@@ -358,40 +433,43 @@ class WatermarkStore:
                 f"{_describe(e)}; the previous record is unchanged"
             ) from None
         except S3_ERRORS as e:
+            self.forget(table)
             raise WatermarkError(
                 f"could not save the watermark of {table} to {self._uri(primary)}: {_describe(e)}"
             ) from None
-
-        try:
-            back = self._get(primary)
-        except S3_ERRORS as e:
-            raise WatermarkError(
-                f"watermark of {table} was written to {self._uri(primary)} (etag {etag}) but "
-                f"could not be read back to verify it: {_describe(e)}"
-            ) from None
-        if back is None or back.etag != etag:
-            log.warning(
-                "watermark of %s was replaced right after our write (etag %s, now %s); re-applying",
-                table,
-                etag,
-                back.etag if back else "missing",
-            )
-            raise _Lost("superseded")
-        if back.body != body:
-            raise WatermarkError(
-                f"watermark of {table}: read-back of {self._uri(primary)} differs from what "
-                f"was written (etag {etag})"
-            )
-        self._parse(table, back.body, None)
+        except WatermarkError as e:
+            self.forget(table)
+            raise WatermarkError(f"watermark of {table}: {e}") from None
+        self._set_known(table, _Known(record, etag, body))
         info.etag = etag
         info.written["primary"] = primary
+        log.info("saved watermark of %s (etag %s) to %s", table, etag, self._uri(primary))
+        return info
 
-        for location in ("daily", "session"):
-            key = keys[location]
+    def write_backups(self, table: str) -> SaveInfo:
+        """Copy the current record, byte-identical, to today's daily and this session's
+        backup. Called at the end of a stage, on failure, after a manual change and after a
+        recovery: backups are at most one run behind the primary. Reads the primary first
+        if this store has not seen it; writes nothing for a table without a record. A
+        failed copy is logged and reported in the result, never raised."""
+        check_table(table)
+        known = self._get_known(table)
+        if known is None:
+            self.read(table)
+            known = self._get_known(table)
+        info = SaveInfo(table=table, session_id=self.session_id)
+        if known is None or known.body is None:
+            return info
+        info.etag = known.etag
+        keys = {
+            "daily": self.layout.watermark_daily(table, datetime.now(UTC).date()),
+            "session": self.layout.watermark_session(table, self.session_id),
+        }
+        for location, key in keys.items():
             try:
-                self._put(key, body)
+                self._put(key, known.body)
                 info.written[location] = key
-            except S3_ERRORS as e:
+            except (*S3_ERRORS, WatermarkError) as e:
                 info.failed[location] = _describe(e)
                 log.error(
                     "watermark of %s: %s backup %s not written: %s",
@@ -401,13 +479,13 @@ class WatermarkStore:
                     _describe(e),
                 )
         log.info(
-            "saved watermark of %s (etag %s) to %s%s",
+            "backed up watermark of %s (etag %s) to %s%s",
             table,
-            etag,
-            ", ".join(info.written),
+            known.etag,
+            ", ".join(info.written) or "nothing",
             f"; FAILED {', '.join(info.failed)}" if info.failed else "",
         )
-        return record, info
+        return info
 
     def update(
         self,
@@ -420,28 +498,35 @@ class WatermarkStore:
 
         `change` mutates the record in place and may be called more than once (after a lost
         race); it raises WatermarkConflict when it cannot be applied to the newer record.
-        The record is recovered first when the primary is missing or invalid, so an update
-        never starts from an empty record while any copy of the watermark exists.
+        The first update of a table reads (and if needed recovers) the primary, so an
+        update never starts from an empty record while any copy of the watermark exists;
+        later ones start from the record this store last wrote and cost one PUT. Backups
+        are not written here: see `write_backups`.
         """
         check_table(table)
         recovery: RecoveryReport | None = None
         for attempt in range(CAS_ATTEMPTS):
-            report = self.recover(table, now=now)
-            if report.recovered:
-                recovery = report
-            current, etag = report.record, report.etag
-            record = current.model_copy(deep=True) if current else WatermarkRecord.new(table)
+            known = self._get_known(table)
+            if known is None:
+                report, known = self._recover(table, now)
+                if report.recovered:
+                    recovery = report
+            record = (
+                WatermarkRecord.from_json(known.body, table_name=table)
+                if known.body is not None
+                else WatermarkRecord.new(table)
+            )
             change(record)
             record.refresh()
-            cond = {"IfMatch": etag} if etag else {"IfNoneMatch": "*"}
+            cond = {"IfMatch": known.etag} if known.etag else {"IfNoneMatch": "*"}
             try:
-                saved, info = self._save(table, record, cond)
+                info = self._write_primary(table, record, cond)
             except _Lost as e:
                 log.info("watermark of %s: lost a race (%s); re-reading", table, e)
                 time.sleep(min(0.05 * 2**attempt, 1.0) * (0.5 + random.random()))
                 continue
             info.cas_rounds = attempt + 1
-            return UpdateResult(saved, info, recovery)
+            return UpdateResult(record, info, recovery)
         raise WatermarkConflict(
             f"watermark of {table} changed {CAS_ATTEMPTS} times while saving; "
             "another run keeps writing it"
@@ -450,26 +535,38 @@ class WatermarkStore:
     # ----------------------------------------------------------------- reading
 
     def read_versioned(
-        self, table: str, *, now: datetime | None = None
+        self, table: str, *, now: datetime | None = None, fresh: bool = False
     ) -> tuple[WatermarkRecord | None, str | None]:
         """The primary record and its ETag, recovered first if missing or invalid.
 
         (None, None) only for a brand-new table: no primary, no backup, no event-log record.
         `now` is the source clock (naive); a cursor later than now + 1 minute is invalid.
+        Once this store has read or written the table the answer comes from memory (it was
+        validated then) unless `fresh`.
         """
-        report = self.recover(table, now=now)
-        return report.record, report.etag
+        check_table(table)
+        known = None if fresh else self._get_known(table)
+        if known is None:
+            _, known = self._recover(table, now)
+        return known.record, known.etag
 
-    def read(self, table: str, now: datetime | None = None) -> WatermarkRecord | None:
-        return self.read_versioned(table, now=now)[0]
+    def read(
+        self, table: str, now: datetime | None = None, *, fresh: bool = False
+    ) -> WatermarkRecord | None:
+        return self.read_versioned(table, now=now, fresh=fresh)[0]
 
     def recover(self, table: str, *, now: datetime | None = None) -> RecoveryReport:
-        """Validate the primary; when missing or invalid, restore it from the first valid
-        backup (see the module docstring for the order). Raises WatermarkError when the
-        primary is invalid, or backups exist, and no valid copy is left."""
+        """Read and validate the primary in S3 (never from memory); when missing or invalid,
+        restore it from the first valid backup (see the module docstring for the order).
+        Raises WatermarkError when the primary is invalid, or backups exist, and no valid
+        copy is left."""
         check_table(table)
+        return self._recover(table, now)[0]
+
+    def _recover(self, table: str, now: datetime | None) -> tuple[RecoveryReport, _Known]:
         primary = self.layout.watermark_primary(table)
         for attempt in range(CAS_ATTEMPTS):
+            self.forget(table)
             try:
                 got = self._get(primary)
             except S3_ERRORS as e:
@@ -480,7 +577,9 @@ class WatermarkStore:
             if got is not None:
                 try:
                     rec = self._parse(table, got.body, now)
-                    return RecoveryReport(table, "primary", primary, rec, got.etag)
+                    known = _Known(rec, got.etag, got.body)
+                    self._set_known(table, known)
+                    return RecoveryReport(table, "primary", primary, rec, got.etag), known
                 except WatermarkError as e:
                     primary_error = str(e)
                     log.error("watermark of %s at %s is invalid: %s", table, primary, e)
@@ -490,13 +589,13 @@ class WatermarkStore:
             found_any = self._find_valid_copy(table, now, report)
             if report.record is None:
                 if got is None and not found_any:
-                    return report  # brand-new table
+                    known = _Known(None, None, None)  # brand-new table
+                    self._set_known(table, known)
+                    return report, known
                 raise WatermarkError(self._give_up_message(table, primary, report))
             cond = {"IfMatch": got.etag} if got is not None else {"IfNoneMatch": "*"}
             try:
-                report.record, info = self._save(
-                    table, report.record, cond, recovered_from=report.source
-                )
+                info = self._write_primary(table, report.record, cond, recovered_from=report.source)
             except _Lost:
                 time.sleep(min(0.05 * 2**attempt, 1.0) * (0.5 + random.random()))
                 continue  # someone else restored or wrote it: read that
@@ -509,7 +608,9 @@ class WatermarkStore:
                 primary_error,
                 iso(report.record.last_mysql_data_timestamp),
             )
-            return report
+            self.write_backups(table)  # a restored primary gets current backups at once
+            known = self._get_known(table) or _Known(report.record, info.etag, None)
+            return report, known
         raise WatermarkConflict(f"watermark of {table} kept changing during recovery")
 
     def _give_up_message(self, table: str, primary: str, report: RecoveryReport) -> str:

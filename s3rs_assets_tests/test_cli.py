@@ -196,7 +196,10 @@ def seed(stack: Stack, table: str = "cli_wm", put: bool = True):
         rec.mysql_status = "success"
         rec.redshift_status = "success"
 
-    return stack.store.update(name, change).record
+    store = stack.store
+    record = store.update(name, change).record
+    store.write_backups(name)  # as at a run's end
+    return record
 
 
 # ------------------------------------------------------------------------- watermark get

@@ -128,7 +128,9 @@ def write_record(store, cfg, conn, *, complete=(), partial=()) -> WatermarkRecor
                     cursor=last_row(conn, cfg.table, lo, hi),
                 )
 
-    return store.update(cfg.name, change).record
+    record = store.update(cfg.name, change).record
+    store.write_backups(cfg.name)  # as at a run's end
+    return record
 
 
 def server_now(conn) -> datetime:
@@ -263,7 +265,7 @@ def test_guard_restores_from_event_log_when_every_s3_copy_is_gone(backed_up, mys
     assert f"RECOVERED {cfg.name}: primary missing; recovered from event_log" in tick.skip_message
     (obs,) = tick.asset_events
     assert obs.metadata["recovered_from"].value == "event_log"
-    restored = store.read(cfg.name)
+    restored = store.read(cfg.name, fresh=True)  # the guard restored it since
     assert restored.backup_metadata.recovered_from == "event_log"
     assert restored.partitions == before.partitions
     assert restored.mysql_rows_extracted == 42

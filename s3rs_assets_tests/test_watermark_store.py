@@ -9,6 +9,8 @@ still goes over HTTP to moto.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import logging
 import threading
@@ -29,7 +31,7 @@ from s3rs_assets.watermark import (
     Position,
     WatermarkRecord,
 )
-from s3rs_assets.watermark_store import EventLogFallback, WatermarkStore
+from s3rs_assets.watermark_store import EventLogFallback, UpdateResult, WatermarkStore
 
 T = "sales.orders"
 PREFIX = "s3rs"
@@ -166,17 +168,23 @@ def store(s3_resource) -> WatermarkStore:
     return make_store(s3_resource)
 
 
+def run(store: WatermarkStore, table: str, *changes: Any) -> UpdateResult:
+    """What a run does: a checkpoint per change, then the backups at its end."""
+    results = [store.update(table, change) for change in changes]
+    store.write_backups(table)
+    return results[-1]
+
+
 @pytest.fixture
 def saved(store: WatermarkStore) -> WatermarkRecord:
-    """A table with two chunks of progress in one partition."""
-    store.update(T, add_chunk("2025-01-01", 5))
-    return store.update(T, add_chunk("2025-01-01", 9)).record
+    """A table with two chunks of progress in one partition, backed up at the run's end."""
+    return run(store, T, add_chunk("2025-01-01", 5), add_chunk("2025-01-01", 9)).record
 
 
 # ------------------------------------------------------------------------ saving
 
 
-def test_save_writes_three_locations_with_backup_metadata(store, s3_client, bucket):
+def test_update_writes_the_primary_and_write_backups_copies_it(store, s3_client, bucket):
     result = store.update(T, add_chunk("2025-01-01", 5))
     rec, info = result.record, result.save
     assert result.recovery is None
@@ -185,7 +193,13 @@ def test_save_writes_three_locations_with_backup_metadata(store, s3_client, buck
         "daily": f"{PREFIX}/watermarks/backups/daily/{T}_{datetime.now(UTC):%Y%m%d}.json",
         "session": f"{PREFIX}/watermarks/backups/sessions/run-a/{T}.json",
     }
-    assert info.written == keys and info.failed == {}
+    assert info.written == {"primary": keys["primary"]} and info.failed == {}
+    assert not exists(s3_client, bucket, keys["daily"])  # backups wait for the run's end
+    assert not exists(s3_client, bucket, keys["session"])
+
+    backups = store.write_backups(T)
+    assert backups.written == {"daily": keys["daily"], "session": keys["session"]}
+    assert backups.failed == {} and backups.etag == info.etag
     bodies = {loc: body_of(s3_client, bucket, k) for loc, k in keys.items()}
     assert len(set(bodies.values())) == 1  # byte-identical mirrors
     stored = WatermarkRecord.from_json(bodies["primary"], table_name=T)
@@ -194,33 +208,49 @@ def test_save_writes_three_locations_with_backup_metadata(store, s3_client, buck
     assert meta.backup_locations == ["primary", "daily", "session"]
     assert meta.recovered_from is None
     assert abs(meta.saved_at - datetime.now(UTC).replace(tzinfo=None)) < timedelta(minutes=1)
-    # read back: the ETag we got is the object's, the content is what update() returned
+    # verified by ETag = MD5 of the body, not by a read-back
     assert s3_client.head_object(Bucket=bucket, Key=keys["primary"])["ETag"] == info.etag
+    assert info.etag.strip('"') == hashlib.md5(bodies["primary"]).hexdigest()
     assert stored == rec
     assert stored.s3_file_count == 1 and stored.mysql_rows_extracted == 10
     assert store.read(T) == rec
-    assert info.as_metadata()["written"] == ["daily", "primary", "session"]
+    merged = info.merged(backups).as_metadata()
+    assert merged["written"] == ["daily", "primary", "session"] and merged["failed"] == {}
 
 
 def test_backup_write_failure_is_logged_and_reported_not_fatal(bucket, s3_client, caplog):
     store = make_store(resource(bucket, retries=1))
     fault = Inject(store.client, "/backups/sessions/", status=500, code="InternalError", times=None)
+    rec = store.update(T, add_chunk("2025-01-01", 5)).record
     with caplog.at_level(logging.ERROR, logger="s3rs.watermark"):
-        result = store.update(T, add_chunk("2025-01-01", 5))
+        backups = store.write_backups(T)
     assert fault.injected == 2  # botocore's attempts, no retry loop of ours on top
-    assert set(result.save.written) == {"primary", "daily"}
-    assert "InternalError" in result.save.failed["session"]
-    assert "after 2 attempts" in result.save.failed["session"]
+    assert set(backups.written) == {"daily"}
+    assert "InternalError" in backups.failed["session"]
+    assert "after 2 attempts" in backups.failed["session"]
     assert any("session backup" in r.getMessage() for r in caplog.records)
-    assert store.read(T) == result.record
+    assert store.read(T, fresh=True) == rec
     assert not exists(s3_client, bucket, session_key(T))
+
+
+def test_write_backups_reads_a_primary_it_has_not_seen_and_skips_a_new_table(
+    s3_resource, store, saved, s3_client, bucket
+):
+    other = make_store(s3_resource, "run-b")
+    backups = other.write_backups(T)
+    assert backups.written["session"] == session_key(T, "run-b")
+    assert body_of(s3_client, bucket, session_key(T, "run-b")) == body_of(
+        s3_client, bucket, primary()
+    )
+    assert other.write_backups("sales.never_synced").written == {}
 
 
 def test_session_id_defaults_to_a_timestamp(s3_resource):
     store = make_store(s3_resource, session=None)
     assert store.session_id[:8] == f"{datetime.now(UTC):%Y%m%d}"
-    saved = store.update(T, add_chunk("2025-01-01", 1)).save
-    assert saved.written["session"].endswith(f"/sessions/{store.session_id}/{T}.json")
+    store.update(T, add_chunk("2025-01-01", 1))
+    backups = store.write_backups(T)
+    assert backups.written["session"].endswith(f"/sessions/{store.session_id}/{T}.json")
 
 
 def test_invalid_names_are_refused(store, s3_resource):
@@ -295,20 +325,19 @@ def test_invalid_primary_recovers_from_daily(store, saved, s3_client, bucket, ki
 
 def test_cursor_within_a_minute_of_the_source_clock_is_valid(store, s3_client, bucket):
     now = datetime(2025, 1, 1, 9, 0, 30)
-    store.update(T, add_chunk("2025-01-01", 9))  # cursor 09:00:00
-    assert store.read(T, now=now).backup_metadata.recovered_from is None
-    assert store.read(T, now=now - timedelta(seconds=59)) is not None  # within tolerance
-    delete_dailies(s3_client, bucket)
-    s3_client.delete_object(Bucket=bucket, Key=session_key(T))
+    store.update(T, add_chunk("2025-01-01", 9))  # cursor 09:00:00, no backups yet
+    # the clock check runs on what is read from S3, not on the store's own writes
+    assert store.read(T, now=now, fresh=True).backup_metadata.recovered_from is None
+    assert store.read(T, now=now - timedelta(seconds=59), fresh=True) is not None
     with pytest.raises(WatermarkError, match="in the future of the source clock"):
-        store.read(T, now=now - timedelta(minutes=5))
+        store.read(T, now=now - timedelta(minutes=5), fresh=True)
 
 
 def test_primary_and_daily_gone_recovers_latest_then_older_session(s3_resource, s3_client, bucket):
     a = make_store(s3_resource, session="run-a")
     b = make_store(s3_resource, session="run-b")
-    a.update(T, add_chunk("2025-01-01", 5))
-    b.update(T, add_chunk("2025-01-01", 9))  # newer; same second as a's, ties by saved_at
+    run(a, T, add_chunk("2025-01-01", 5))
+    run(b, T, add_chunk("2025-01-01", 9))  # newer; same second as a's, ties by saved_at
     s3_client.delete_object(Bucket=bucket, Key=primary())
     delete_dailies(s3_client, bucket)
 
@@ -435,10 +464,10 @@ def test_update_after_losing_the_primary_continues_from_the_recovered_record(
 
 def test_recovery_write_back_that_loses_a_race_rereads(s3_resource, bucket, s3_client):
     store = make_store(s3_resource)
-    saved = store.update(T, add_chunk("2025-01-01", 5)).record
+    saved = run(store, T, add_chunk("2025-01-01", 5)).record
     s3_client.delete_object(Bucket=bucket, Key=primary())
     fault = Inject(store.client, "/watermarks/tables/", times=1)
-    rec = store.read(T)
+    rec = store.read(T, fresh=True)
     assert fault.injected == 1 and fault.seen == 2
     assert rec.partitions == saved.partitions
     assert rec.backup_metadata.recovered_from == "daily"
@@ -447,9 +476,30 @@ def test_recovery_write_back_that_loses_a_race_rereads(s3_resource, bucket, s3_c
 # -------------------------------------------------------------- compare-and-swap
 
 
+class AtomicPuts:
+    """S3 applies a conditional PUT atomically; moto checks the condition and then writes
+    without a lock, so two racing conditional PUTs can both succeed there (STACK.md). One
+    lock around each PutObject call of the given stores makes moto behave like S3."""
+
+    def __init__(self, *stores: WatermarkStore):
+        self.lock = threading.Lock()
+        for st in stores:
+            st.client.meta.events.register("before-call.s3.PutObject", self.enter)
+            st.client.meta.events.register("after-call.s3.PutObject", self.leave)
+            st.client.meta.events.register("after-call-error.s3.PutObject", self.leave)
+
+    def enter(self, **_: Any) -> None:
+        self.lock.acquire()
+
+    def leave(self, **_: Any) -> None:
+        self.lock.release()
+
+
 def _race(s3_resource, bucket: str, table: str) -> int:
     """Two runs read the same record, then both write: one must lose and re-apply.
     Returns how many times the change functions ran."""
+    stores = {s: make_store(s3_resource, f"{table}-{s}") for s in ("run-a", "run-b")}
+    AtomicPuts(*stores.values())
     barrier = threading.Barrier(2, timeout=10)
     errors: list[BaseException] = []
     calls: list[str] = []
@@ -466,7 +516,7 @@ def _race(s3_resource, bucket: str, table: str) -> int:
                 barrier.wait()
 
         try:
-            make_store(s3_resource, session).update(table, change)
+            stores[session].update(table, change)
         except BaseException as e:  # noqa: BLE001
             errors.append(e)
 
@@ -549,9 +599,11 @@ def test_change_that_breaks_the_record_writes_nothing(store, saved, s3_client, b
     assert body_of(s3_client, bucket, primary()) == before
 
 
-def test_write_silently_overwritten_is_detected_by_read_back(store, saved, s3_client, bucket):
-    """A non-atomic conditional write (moto's) can let a stale writer overwrite us; the
-    read-back sees a foreign ETag and our change is re-applied on top."""
+def test_write_replaced_behind_our_back_is_caught_by_the_next_put(
+    store, saved, s3_client, bucket
+):
+    """An unconditional writer (an operator's `aws s3 cp`) replaces the primary right after
+    our write: our next conditional PUT fails, we re-read once and re-apply on top."""
     key = primary()
     rival = WatermarkRecord.from_json(body_of(s3_client, bucket, key))
     add_chunk("2025-01-03", 2)(rival)
@@ -564,10 +616,13 @@ def test_write_silently_overwritten_is_detected_by_read_back(store, saved, s3_cl
             s3_client.put_object(Bucket=bucket, Key=key, Body=rival.to_json())
 
     store.client.meta.events.register("after-call.s3.PutObject", overwrite)
-    result = store.update(T, add_chunk("2025-01-02", 4))
+    store.update(T, add_chunk("2025-01-02", 4))
+    calls = Calls(store)
+    result = store.update(T, add_chunk("2025-01-04", 4))
     assert fired and result.save.cas_rounds == 2
-    assert set(result.record.partitions) == {"2025-01-01", "2025-01-02", "2025-01-03"}
-    assert store.read(T) == result.record
+    assert calls.count("GetObject", "/tables/") == 1 and calls.count("PutObject") == 2
+    assert {"2025-01-03", "2025-01-04"} <= set(result.record.partitions)
+    assert store.read(T, fresh=True) == result.record
 
 
 def test_primary_deleted_between_read_and_write_is_recovered_and_reapplied(
@@ -588,9 +643,9 @@ def test_primary_deleted_between_read_and_write_is_recovered_and_reapplied(
 
 
 def test_unreachable_primary_is_an_error_not_a_recovery(bucket, s3_client):
-    store = make_store(resource(bucket, retries=1))
-    store.update(T, add_chunk("2025-01-01", 5))
+    run(make_store(resource(bucket)), T, add_chunk("2025-01-01", 5))
     before = {k: body_of(s3_client, bucket, k) for k in all_keys(s3_client, bucket)}
+    store = make_store(resource(bucket, retries=1), "run-b")  # has not read the record yet
     Inject(
         store.client, "/watermarks/tables/", op="GetObject", status=503, code="SlowDown", times=None
     )
@@ -629,6 +684,108 @@ def test_slowdown_forever_fails_and_leaves_everything_unchanged(bucket, s3_clien
     assert inj.injected == 3  # bounded by botocore's budget alone: no second retry layer
     after = {k: body_of(s3_client, bucket, k) for k in all_keys(s3_client, bucket)}
     assert after == before  # primary byte-for-byte, and no backup got ahead of it
+
+
+# ------------------------------------------------------------ what a run costs in S3
+
+
+class Calls:
+    """Every S3 API call a store's client makes, as (operation, key or prefix); botocore's
+    retries of one call are not counted."""
+
+    def __init__(self, store: WatermarkStore):
+        self.seen: list[tuple[str, str]] = []
+        store.client.meta.events.register("before-parameter-build.s3", self.record)
+
+    def record(self, params: dict[str, Any], model: Any, **_: Any) -> None:
+        self.seen.append((model.name, params.get("Key") or params.get("Prefix") or ""))
+
+    def count(self, op: str, key_part: str = "") -> int:
+        return sum(1 for o, k in self.seen if o == op and key_part in k)
+
+
+def test_updates_of_a_run_cost_one_read_then_one_put_each(s3_resource, s3_client, bucket):
+    run(make_store(s3_resource, "seed"), T, add_chunk("2025-01-01", 1))
+    store = make_store(s3_resource, "run-b")
+    calls = Calls(store)
+    n = 6
+    for hour in range(1, n + 1):
+        result = store.update(T, add_chunk("2025-01-02", hour))
+        assert result.save.cas_rounds == 1
+    assert calls.count("GetObject", "/tables/") == 1  # the first update's read, none after
+    assert calls.count("PutObject", "/tables/") == n
+    assert len(calls.seen) == 1 + n  # no backup, listing, HEAD or read-back
+    assert store.read(T) == result.record  # from memory
+    assert len(calls.seen) == 1 + n
+
+    backups = store.write_backups(T)  # the run's end
+    assert calls.count("PutObject", "/backups/daily/") == 1
+    assert calls.count("PutObject", "/backups/sessions/run-b/") == 1
+    assert len(calls.seen) == 1 + n + 2
+    assert set(backups.written) == {"daily", "session"}
+    for key in (daily(), session_key(T, "run-b")):
+        assert body_of(s3_client, bucket, key) == body_of(s3_client, bucket, primary())
+    stored = WatermarkRecord.from_json(body_of(s3_client, bucket, primary()), table_name=T)
+    assert stored == result.record
+    assert stored.partitions["2025-01-02"].cursor.pk == [n] and stored.s3_file_count == 1 + n
+
+    assert store.read(T, fresh=True) == stored  # forced: one GET
+    assert calls.count("GetObject", "/tables/") == 2
+
+
+def test_a_brand_new_table_is_probed_once_and_backed_up_at_the_end(store, s3_client, bucket):
+    calls = Calls(store)
+    for hour in (1, 2, 3):
+        store.update(T, add_chunk("2025-01-01", hour))
+    # one look for a primary or any copy (there is none), then the three writes
+    assert calls.count("GetObject") == 2  # the primary and today's daily backup
+    assert calls.count("ListObjectsV2") == 2  # daily and session backups
+    assert calls.count("PutObject", "/tables/") == 3 and len(calls.seen) == 7
+    assert not exists(s3_client, bucket, daily())
+    store.write_backups(T)
+    assert body_of(s3_client, bucket, daily()) == body_of(s3_client, bucket, primary())
+    assert body_of(s3_client, bucket, session_key(T)) == body_of(s3_client, bucket, primary())
+
+
+def test_a_concurrent_writer_costs_exactly_one_reread(s3_resource, bucket):
+    a, b = make_store(s3_resource, "run-a"), make_store(s3_resource, "run-b")
+    a.update(T, add_chunk("2025-01-01", 1))
+    a.update(T, add_chunk("2025-01-01", 2))
+    b.update(T, add_chunk("2025-01-02", 5))  # another run writes in between
+    calls = Calls(a)
+    result = a.update(T, add_chunk("2025-01-01", 3))
+    assert result.save.cas_rounds == 2
+    assert calls.count("PutObject", "/tables/") == 2  # 412, then the re-applied change
+    assert calls.count("GetObject", "/tables/") == 1
+    assert len(calls.seen) == 3
+    assert set(result.record.partitions) == {"2025-01-01", "2025-01-02"}
+    assert result.record.partitions["2025-01-01"].cursor.pk == [3]
+    a.update(T, add_chunk("2025-01-01", 4))
+    assert len(calls.seen) == 4  # back to one PUT per update
+
+
+def test_writes_are_verified_by_content_md5_and_etag(store, saved, s3_client, bucket):
+    sent: dict[str, Any] = {}
+
+    def capture(request: Any, **_: Any) -> None:
+        if "/watermarks/tables/" in request.url:
+            sent.update(request.headers)
+
+    store.client.meta.events.register("before-send.s3.PutObject", capture)
+    store.update(T, add_chunk("2025-01-02", 1))
+    body = body_of(s3_client, bucket, primary())
+    assert sent["Content-MD5"] == base64.b64encode(hashlib.md5(body).digest())
+
+    def wrong_etag(parsed: dict[str, Any], **_: Any) -> None:
+        parsed["ETag"] = '"' + "0" * 32 + '"'
+
+    store.client.meta.events.register("after-call.s3.PutObject", wrong_etag)
+    with pytest.raises(WatermarkError, match=f"watermark of {T}: .*not the MD5.*not verified"):
+        store.update(T, add_chunk("2025-01-02", 2))
+    store.client.meta.events.unregister("after-call.s3.PutObject", wrong_etag)
+    calls = Calls(store)
+    store.update(T, add_chunk("2025-01-02", 3))
+    assert calls.count("GetObject", "/tables/") == 1  # an unverified write is not trusted
 
 
 # -------------------------------------------------------------------- validation
@@ -690,7 +847,7 @@ def test_record_check_directly():
 
 
 def test_backup_status_reports_every_location(s3_resource, store, saved, s3_client, bucket):
-    make_store(s3_resource, session="run-b").update(T, add_chunk("2025-01-02", 1))
+    run(make_store(s3_resource, session="run-b"), T, add_chunk("2025-01-02", 1))
     st = store.backup_status(T)
     assert st["healthy"] is True
     assert st["primary"]["present"] and st["primary"]["valid"]
@@ -711,16 +868,15 @@ def test_backup_status_reports_every_location(s3_resource, store, saved, s3_clie
 
 
 def test_list_tables(s3_resource, store, s3_client, bucket):
-    store.update(T, add_chunk("2025-01-01", 1))
-    store.update("sales.items", add_chunk("2025-01-01", 1))
-    store.update("sales.items_2", add_chunk("2025-01-01", 1))
+    for table in (T, "sales.items", "sales.items_2"):
+        run(store, table, add_chunk("2025-01-01", 1))
     s3_client.delete_object(Bucket=bucket, Key=primary("sales.items"))
     assert store.list_tables() == ["sales.items", "sales.items_2", T]
 
 
 def _three_sessions(s3_resource, bucket, table):
     for i, session in enumerate(("run-1", "run-2", "run-3")):
-        make_store(s3_resource, session).update(table, add_chunk("2025-01-01", i + 1))
+        run(make_store(s3_resource, session), table, add_chunk("2025-01-01", i + 1))
 
 
 def test_cleanup_keeps_newest_valid_copy_per_table_even_when_all_are_old(
