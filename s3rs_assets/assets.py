@@ -61,8 +61,8 @@ def run_backup(
         context.log.warning(line)
     store = store_for(s3, context.run_id, context.instance)
     # Validate (and if lost, recover) the watermark before Spark starts or anything is read.
-    store.read(table.name, now=bound.server_now)
-    recovery = store.last_recovery.as_metadata() if store.last_recovery else None
+    report = store.recover(table.name, now=bound.server_now)
+    recovery = report.as_metadata() if report.recovered else None
     if recovery:
         context.log.warning(f"{table.name}: watermark was lost or invalid and restored: {recovery}")
     t_spark = time.monotonic()
@@ -119,6 +119,8 @@ def _record_failure(store, table: str, stage: str, error: Exception) -> None:
 
     with contextlib.suppress(Exception):  # the original error is what the operator needs
         store.update(table, mark)
+    with contextlib.suppress(Exception):  # backups of the progress made, failed or not
+        store.write_backups(table)
 
 
 def build_table_assets(table: TableConfig) -> list[dg.AssetsDefinition]:

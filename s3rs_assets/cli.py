@@ -292,7 +292,7 @@ def _failed_checks(ctx: click.Context, table: TableConfig, result: Any) -> bool:
 
 def _report_unread_rows(ctx: click.Context, table: TableConfig, store: Any) -> None:
     """Warn about rows no run has copied (future-dated, NULL or zero cursors, before start)."""
-    rec = store.read(table.name)
+    rec = store.read(table.name, fresh=True)  # after the run: not the plan's copy
     counts = rec.source_counts if rec else None
     for line in counts.warnings(table.name) if counts else []:
         _say(ctx, logging.WARNING, f"warning: {line}", event="rows_not_copied", table=table.name)
@@ -591,7 +591,8 @@ def _manual_change(
             )
         change(rec)
 
-    saved = store.update(table.name, guarded, now=now)
+    saved = store.update(table.name, guarded, now=now).record
+    store.write_backups(table.name)  # a manual change is a run of its own: back it up now
     echo(f"saved: next sync starts from {next_start(table, saved)[2]}")
 
 

@@ -414,7 +414,7 @@ def backup_partition(
         cur.updated_at = utcnow()
         rec.partitions[partition_key] = cur
 
-    final = store.update(table, close).partitions[partition_key]
+    final = store.update(table, close).record.partitions[partition_key]
     run.status = final.status
     run.cursor_to = final.cursor
     run.seconds = time.monotonic() - t0

@@ -4,10 +4,14 @@
 checkpoints are already in the watermark store by then, so `handle_output` closes the
 MySQL side of the record (status, extraction time) and turns it into materialization
 metadata, including the whole record as JSON so that the event log is one more place a
-lost watermark can be recovered from. `redshift_table` asks `load_input` for the files of
-its partitions, read from the same record.
+lost watermark can be recovered from. Each stage's `handle_output` is also where its run
+ends for the watermark: it writes the daily and session backups (`write_backups`), which
+checkpoints no longer do. `redshift_table` asks `load_input` for the files of its
+partitions, read from the same record.
 """
 
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +22,19 @@ from s3rs_assets.names import WATERMARK_METADATA_KEY
 from s3rs_assets.resources import S3Resource
 from s3rs_assets.source import SafetyBound
 from s3rs_assets.watermark import FileEntry, SourceCounts, WatermarkRecord, iso, utcnow
-from s3rs_assets.watermark_store import WatermarkStore
+from s3rs_assets.watermark_store import (
+    SaveInfo,
+    UpdateResult,
+    WatermarkStore,
+    event_log_fallback,
+)
+
+# The stores of the runs this process works for, by (S3 location, run id): the steps of a
+# run (the asset, its IO manager, the failure path) share one store and so one read of
+# each record. A run process holds one; the bound only matters to long-lived processes.
+_RUN_STORES: OrderedDict[tuple[Any, ...], WatermarkStore] = OrderedDict()
+_RUN_STORES_LOCK = threading.Lock()
+RUN_STORES_KEPT = 8
 
 
 @dataclass
@@ -44,24 +60,39 @@ class LoadOutput:
 def store_for(
     s3: S3Resource, run_id: str | None = None, instance: dg.DagsterInstance | None = None
 ) -> WatermarkStore:
-    """The watermark store; with an instance, its event log is the last recovery source."""
-    fallback = None
-    if instance is not None:
-        from s3rs_assets.sensors import event_log_fallback
+    """The watermark store, built only here (sensors, CLI, assets and tests all use it).
 
-        fallback = event_log_fallback(instance)
-    return WatermarkStore(
-        s3.client(), s3.bucket, s3.prefix, session_id=run_id, event_log_fallback=fallback
-    )
+    With a `run_id` (which names the session backups) every call in this process returns
+    the same store for that run, so the run reads each record once and then keeps it
+    current from its own writes. Without one (CLI commands, sensor ticks) the store is new.
+    With an instance, its event log is the last recovery source.
+    """
+    fallback = event_log_fallback(instance) if instance is not None else None
+    if run_id is None:
+        return WatermarkStore(s3.client(), s3.bucket, s3.layout, event_log_fallback=fallback)
+    key = (s3.bucket, s3.layout, s3.client().meta.endpoint_url, run_id)
+    with _RUN_STORES_LOCK:
+        store = _RUN_STORES.get(key)
+        if store is None:
+            store = WatermarkStore(
+                s3.client(), s3.bucket, s3.layout, session_id=run_id, event_log_fallback=fallback
+            )
+            _RUN_STORES[key] = store
+            while len(_RUN_STORES) > RUN_STORES_KEPT:
+                _RUN_STORES.popitem(last=False)
+        else:
+            _RUN_STORES.move_to_end(key)
+            if store.event_log_fallback is None:
+                store.event_log_fallback = fallback
+    return store
 
 
-def save_metadata(store: WatermarkStore) -> dict[str, Any]:
-    """Where the last save landed (and a recovery, if one happened): shown in the UI."""
-    md: dict[str, Any] = {}
-    if store.last_save is not None:
-        md["watermark_save"] = dg.MetadataValue.json(store.last_save.as_metadata())
-    if store.last_recovery is not None:
-        md["watermark_recovery"] = dg.MetadataValue.json(store.last_recovery.as_metadata())
+def save_metadata(result: UpdateResult, backups: SaveInfo | None = None) -> dict[str, Any]:
+    """Where a save (and its backups) landed, and the recovery its read needed: for the UI."""
+    save = result.save.merged(backups) if backups is not None else result.save
+    md: dict[str, Any] = {"watermark_save": dg.MetadataValue.json(save.as_metadata())}
+    if result.recovery is not None:
+        md["watermark_recovery"] = dg.MetadataValue.json(result.recovery.as_metadata())
     return md
 
 
@@ -129,15 +160,17 @@ class S3RSIOManager(dg.ConfigurableIOManager):
                 rec.last_error = None
                 rec.source_counts = obj.anomalies
 
-            record = store.update(obj.table, close)
-            md = {**backup_metadata(obj, record), **save_metadata(store)}
+            result = store.update(obj.table, close)
+            backups = store.write_backups(obj.table)  # the stage's end: backups catch up
+            md = {**backup_metadata(obj, result.record), **save_metadata(result, backups)}
             if obj.recovery:
                 md["watermark_recovery"] = dg.MetadataValue.json(obj.recovery)
             context.add_output_metadata(md)
         elif isinstance(obj, LoadOutput):
             from s3rs_assets.load_stage import close_load
 
-            record = store.update(obj.table, lambda rec: close_load(rec, obj))
+            record = store.update(obj.table, lambda rec: close_load(rec, obj)).record
+            store.write_backups(obj.table)  # the stage's end: backups catch up
             context.add_output_metadata(
                 {
                     **obj.metadata,

@@ -31,6 +31,7 @@ from s3rs_assets.source import describe
 from s3rs_assets.verify import verify_table
 from s3rs_assets.warehouse import WarehouseResource
 from s3rs_assets.watermark import LoadState, WatermarkRecord, utcnow
+from s3rs_assets.watermark_store import WatermarkStore
 
 
 def close_load(rec: WatermarkRecord, out: LoadOutput) -> None:
@@ -80,7 +81,7 @@ def run_load(
                 f"{result.rows_inserted} rows inserted"
             )
     except Exception as e:
-        _record_failure(s3, context.run_id, table.name, e)
+        _record_failure(store_for(s3, context.run_id, context.instance), table.name, e)
         raise
     seconds = time.monotonic() - t0
     metadata = {
@@ -100,13 +101,15 @@ def run_load(
     return LoadOutput(table.name, partitions, seconds, metadata)
 
 
-def _record_failure(s3: S3Resource, run_id: str, table: str, error: Exception) -> None:
+def _record_failure(store: WatermarkStore, table: str, error: Exception) -> None:
     def mark(rec: WatermarkRecord) -> None:
         rec.redshift_status = "failed"
         rec.last_error = f"{type(error).__name__}: {error}"[:2000]
 
     with contextlib.suppress(Exception):  # the original error is what the operator needs
-        store_for(s3, run_id).update(table, mark)
+        store.update(table, mark)
+    with contextlib.suppress(Exception):
+        store.write_backups(table)
 
 
 def synced_windows(

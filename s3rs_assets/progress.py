@@ -13,7 +13,6 @@ from typing import Any
 
 from s3rs_assets import logs
 from s3rs_assets.config import TableConfig
-from s3rs_assets.io_manager import store_for
 from s3rs_assets.watermark import WatermarkRecord
 
 log = logging.getLogger("s3rs.cli")
@@ -79,7 +78,7 @@ class SyncMonitor:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="s3rs-sync-monitor", daemon=True)
         self._client = s3.client()
-        self._key = store_for(s3).primary_key(table.name)
+        self._key = s3.layout.watermark_primary(table.name)
         self._base = self._read()
         self._t0 = time.monotonic()
         self._last: tuple | None = None

@@ -8,10 +8,11 @@ Each one ends in a `SkipReason` that names what it checked, so the UI shows why 
 * `s3rs_watermark_guard` (every 5 min) validates every configured table's primary
   watermark with `WatermarkStore.recover`: a lost or corrupt primary is restored from the
   daily backup, a session backup, or the latest `s3rs/watermark` materialization metadata
-  (`event_log_watermark`), written back, and reported as an `AssetObservation` on the
-  table's `s3_parquet` (metadata `recovered_from`, `key`). A table with no copy anywhere was
-  never synced, which is fine. When no valid copy is left the guard names the table and the
-  `s3rs watermark set` command; it never resets anything itself.
+  (`watermark_store.event_log_watermark`), written back, and reported as an
+  `AssetObservation` on the table's `s3_parquet` (metadata `recovered_from`, `key`). A
+  table with no copy anywhere was never synced, which is fine. When no valid copy is left
+  the guard names the table and the `s3rs watermark set` command; it never resets
+  anything itself.
 
 * `s3rs_stage_chain` (every 30 s) runs `redshift_table` for the partitions `s3_parquet`
   materialized. It reads the event log directly: `fetch_materializations` after the last
@@ -48,7 +49,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
@@ -62,7 +63,8 @@ from s3rs_assets.config import TableConfig
 from s3rs_assets.cursor import after, below, literal, position_token
 from s3rs_assets.errors import ConfigError, S3rsError, SourceSchemaError, WatermarkError
 from s3rs_assets.identifiers import mysql_quote
-from s3rs_assets.names import TABLE_TAG, WATERMARK_METADATA_KEY, asset_key, job_name, stage_keys
+from s3rs_assets.io_manager import store_for
+from s3rs_assets.names import TABLE_TAG, asset_key, job_name
 from s3rs_assets.partitions import partitions_def, source_timezone, window
 from s3rs_assets.resources import MySQLResource, S3Resource
 from s3rs_assets.source import SafetyBound, SourceTable, describe, safety_bound, server_now
@@ -87,58 +89,6 @@ IN_FLIGHT = [
 ]
 CHAIN_BATCH = 500  # materialization events read per table per tick; the rest next tick
 SKIP_TEXT_LIMIT = 4000  # Dagster stores the skip message; keep it readable
-
-# ------------------------------------------------------------------ event-log watermark
-
-
-def event_log_watermark(
-    instance: dg.DagsterInstance, table: TableConfig | str, *, lookback: int = 5
-) -> str | None:
-    """The newest watermark record kept in the event log, as JSON text, or None.
-
-    Every materialization of `s3_parquet` and `redshift_table` carries the whole record in
-    its `s3rs/watermark` metadata (io_manager.py). This returns the one from the latest such
-    materialization of either stage (highest storage id), looking at the last `lookback`
-    materializations of each, so one event without the entry does not hide the others. The
-    text is not validated here: the watermark store validates every candidate.
-    """
-    best: tuple[int, Any] | None = None
-    for key in stage_keys(table):
-        result = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key), lookback)
-        for rec in result.records:
-            mat = rec.asset_materialization
-            entry = mat.metadata.get(WATERMARK_METADATA_KEY) if mat is not None else None
-            if entry is None:
-                continue
-            if best is None or rec.storage_id > best[0]:
-                best = (rec.storage_id, entry.value)
-            break
-    if best is None:
-        return None
-    value = best[1]
-    return value if isinstance(value, str) else json.dumps(value)
-
-
-def event_log_fallback(
-    instance: dg.DagsterInstance, tables: Sequence[TableConfig] = ()
-) -> Callable[[str], str | None]:
-    """`WatermarkStore(event_log_fallback=...)` reading this instance's event log."""
-    by_name = {t.name: t for t in tables}
-
-    def fallback(table: str) -> str | None:
-        return event_log_watermark(instance, by_name.get(table, table))
-
-    return fallback
-
-
-def sensor_store(
-    s3: S3Resource, instance: dg.DagsterInstance, tables: Sequence[TableConfig]
-) -> WatermarkStore:
-    """The watermark store with the event log as its last recovery source."""
-    return WatermarkStore(
-        s3.client(), s3.bucket, s3.prefix, event_log_fallback=event_log_fallback(instance, tables)
-    )
-
 
 def _clip(text: str, limit: int = SKIP_TEXT_LIMIT) -> str:
     return text if len(text) <= limit else text[: limit - 15] + " ... (clipped)"
@@ -207,7 +157,7 @@ def build_watermark_guard(tables: Sequence[TableConfig]) -> dg.SensorDefinition:
                 now = server_now(conn)
         except (S3rsError, pymysql.err.MySQLError) as e:
             now, clock_note = None, f" (MySQL clock not read, future-cursor check skipped: {e})"
-        store = sensor_store(s3, context.instance, tables)
+        store = store_for(s3, instance=context.instance)
         reported: dict[str, str] = json.loads(context.cursor) if context.cursor else {}
         checks = [check_watermark(store, name, now) for name in by_name]
         events: list[dg.AssetObservation] = []
@@ -629,7 +579,7 @@ def build_new_data_sensor(
     def s3rs_new_data(
         context: dg.SensorEvaluationContext, mysql: MySQLResource, s3: S3Resource
     ) -> dg.SensorResult | dg.SkipReason:
-        store = sensor_store(s3, context.instance, tables)
+        store = store_for(s3, instance=context.instance)
         requests: list[dg.RunRequest] = []
         lines: list[str] = []
         waiting = {}

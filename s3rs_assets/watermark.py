@@ -181,11 +181,14 @@ class WatermarkRecord(_Model):
     def new(cls, table_name: str) -> WatermarkRecord:
         return cls(table_name=table_name)
 
+    def _manifest_totals(self) -> tuple[int, int]:
+        """(files, rows) the partition manifests sum to."""
+        files = [f for p in self.partitions.values() for f in p.files]
+        return len(files), sum(f.rows for f in files)
+
     def refresh(self) -> WatermarkRecord:
         """Recompute every table-level count from the manifests and the load mirror."""
-        files = [f for p in self.partitions.values() for f in p.files]
-        self.mysql_rows_extracted = sum(f.rows for f in files)
-        self.s3_file_count = len(files)
+        self.s3_file_count, self.mysql_rows_extracted = self._manifest_totals()
         cursors = [p.cursor.c for p in self.partitions.values() if p.cursor is not None]
         self.last_mysql_data_timestamp = max(cursors) if cursors else None
         loaded = [k for s in self.loaded_partitions.values() for k in s.files]
@@ -262,9 +265,10 @@ class WatermarkRecord(_Model):
                     f"{who}: partition {key!r} has an empty window "
                     f"[{iso(part.window_start)}, {iso(part.window_end)})"
                 )
-        derived = self.model_copy(deep=True).refresh()
-        for name in ("s3_file_count", "mysql_rows_extracted"):
-            stored, actual = getattr(self, name), getattr(derived, name)
+        # Summed in place: a deep copy of a long history costs more than the write itself.
+        files, rows = self._manifest_totals()
+        for name, actual in (("s3_file_count", files), ("mysql_rows_extracted", rows)):
+            stored = getattr(self, name)
             if stored != actual:
                 raise WatermarkError(
                     f"{who}: {name} is {stored} but the partition manifests sum to {actual}"

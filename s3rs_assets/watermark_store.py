@@ -2,35 +2,53 @@
 
 Every change is a read-modify-write through `update()`, made compare-and-swap with S3
 conditional writes: `If-None-Match: *` when the primary does not exist yet, `If-Match:
-<etag read>` otherwise. A writer that loses the race (412, or 409 from a concurrent
-conditional write) re-reads and re-applies its change function to the newer record, so two
-runs working on different partitions merge; the change function itself raises
-WatermarkConflict when the newer record is incompatible with what the run did.
+<etag>` otherwise. A writer that loses the race (412, or 409 from a concurrent conditional
+write; a 404 on If-Match means the primary was deleted meanwhile) drops what it knew,
+re-reads and re-applies its change function to the newer record, so two runs working on
+different partitions merge; the change function itself raises WatermarkConflict when the
+newer record is incompatible with what the run did.
 
-Layout under the configured prefix (every save writes all three, byte-identical):
-    watermarks/tables/<table>.json                         primary
-    watermarks/backups/daily/<table>_<YYYYMMDD>.json       daily backup (UTC date)
-    watermarks/backups/sessions/<session id>/<table>.json  session backup (Dagster run id)
+Keys come from `s3rs_assets.layout`: the primary, a daily backup per UTC date and a
+session backup per Dagster run id.
 
-Saving: the primary PUT is retried with exponential backoff on 5xx, throttling and
-connection errors (on top of botocore's own retries), then read back and verified (ETag,
-bytes, parse). Backups are written only after the primary; a failed backup is logged and
-reported in `last_save`, it does not fail the save.
+Costs are paid once per run, not per checkpoint. A store is the view of one run (one CLI
+command, one sensor tick): it keeps, per table, the record and ETag of its own last read
+or write of the primary. Its first `update()` of a table reads the primary once; every
+later one is a single conditional PUT (`If-Match` the ETag it holds), no GET. `read()`
+answers from the same memory once the store has read or written the table; `read(...,
+fresh=True)`, `recover()` and `forget()` go back to S3. Nothing is lost by trusting it:
+any other writer changes the ETag, so our next PUT fails with 412 and we re-read.
 
-Reading: every read validates (schema version, types, counts, consistency with the
-manifests, cursor not ahead of the source clock). A missing or invalid primary is recovered
-transparently from, in order: today's daily backup, the newest daily backup, the latest
-session backup, any other session backup (newest first), the `event_log_fallback` callable;
-the first valid candidate is written back to the primary (conditionally) with
+Writes are verified without reading them back: the body goes with its Content-MD5 (S3
+rejects a corrupted one) and the ETag S3 returns must be that MD5. S3 calls are retried by
+botocore alone (standard mode, set on the S3Resource's client); the store adds no retry
+loop, only the compare-and-swap re-apply.
+
+Backups are not written on every update: `write_backups(table)` copies the current record,
+byte-identical to the primary, to the daily and session keys. The IO manager calls it at
+the end of each stage's materialization, the assets when a stage fails, the CLI after a
+manual change, and recovery after it restores a primary. So the backups are at most one
+run behind the primary. A failed backup is logged and reported, it never fails the run.
+`update()` returns what it did (`UpdateResult`: the saved record, the `SaveInfo`, the
+`RecoveryReport` when its read had to recover): nothing travels on the side.
+
+Reading from S3 validates (schema version, types, counts, consistency with the manifests,
+cursor not ahead of the source clock); every write validates too. A missing or invalid
+primary is recovered transparently from, in order: today's daily backup, the newest daily
+backup, the latest session backup, any other session backup (newest first), the event log
+(the latest `s3rs/watermark` materialization metadata, `event_log_watermark`); the first
+valid candidate is written back to the primary (conditionally) with
 `backup_metadata.recovered_from` set. Nothing is ever reset automatically: a table reads as
 None only when no copy of its watermark exists anywhere.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import json
 import logging
 import random
-import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -38,47 +56,25 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from botocore.exceptions import (
-    ClientError,
-    HTTPClientError,
-    IncompleteReadError,
-)
-from botocore.exceptions import (
-    ConnectionError as BotoConnectionError,
-)
+import dagster as dg
+from botocore.exceptions import ClientError, HTTPClientError, IncompleteReadError
+from botocore.exceptions import ConnectionError as BotoConnectionError
 
+from s3rs_assets.config import TableConfig
 from s3rs_assets.errors import ConfigError, WatermarkConflict, WatermarkError
+from s3rs_assets.layout import Layout, check_session, check_table
+from s3rs_assets.names import WATERMARK_METADATA_KEY, stage_keys
 from s3rs_assets.watermark import BackupMetadata, WatermarkRecord, iso
 
 log = logging.getLogger("s3rs.watermark")
 
 CAS_ATTEMPTS = 8  # read-modify-write rounds lost to other writers before giving up
-PUT_ATTEMPTS = 4  # our attempts per S3 call on transient errors (botocore retries inside)
-BASE_DELAY = 0.2  # seconds, doubled per attempt, with jitter
-MAX_DELAY = 5.0
 
 LOCATIONS = ("primary", "daily", "session")
 _RACE_CODES = {"PreconditionFailed", "ConditionalRequestConflict", "412", "409"}
 _MISSING_CODES = {"NoSuchKey", "404", "NotFound"}
-_TRANSIENT_CODES = {
-    "SlowDown",
-    "Throttling",
-    "ThrottlingException",
-    "RequestLimitExceeded",
-    "RequestThrottled",
-    "TooManyRequests",
-    "ServiceUnavailable",
-    "InternalError",
-    "RequestTimeout",
-    "RequestTimeoutException",
-    "500",
-    "502",
-    "503",
-    "504",
-}
-_TABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,63}(\.[A-Za-z_][A-Za-z0-9_$]{0,63})?$")
-_SESSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
-_DAILY_NAME = re.compile(r"^(?P<table>.+)_(?P<day>\d{8})\.json$")
+# What an S3 call can raise once botocore has given up retrying it.
+S3_ERRORS = (ClientError, BotoConnectionError, HTTPClientError, IncompleteReadError)
 
 EventLogFallback = Callable[[str], "str | None"]
 
@@ -91,35 +87,27 @@ def _status(e: ClientError) -> int:
     return int(e.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
 
 
+def _attempts(meta: dict[str, Any]) -> int:
+    """How many times botocore sent the request (its retries included)."""
+    return int(meta.get("RetryAttempts") or 0) + 1
+
+
 def is_race(e: BaseException) -> bool:
     """A conditional write lost to another writer (412 / 409)."""
     return isinstance(e, ClientError) and (_code(e) in _RACE_CODES or _status(e) in (409, 412))
 
 
-def is_transient(e: BaseException) -> bool:
-    """Worth retrying: 5xx, throttling, timeouts, dropped connections."""
-    if isinstance(e, ClientError):
-        if is_race(e):
-            return False
-        return _status(e) >= 500 or _status(e) == 429 or _code(e) in _TRANSIENT_CODES
-    return isinstance(e, BotoConnectionError | HTTPClientError | IncompleteReadError)
+def _missing(e: BaseException) -> bool:
+    return isinstance(e, ClientError) and (_code(e) in _MISSING_CODES or _status(e) == 404)
 
 
 def _describe(e: BaseException) -> str:
     if isinstance(e, ClientError):
         msg = e.response.get("Error", {}).get("Message", "")
-        return f"{_code(e) or _status(e)}{': ' + msg if msg else ''}"
+        tries = _attempts(e.response.get("ResponseMetadata", {}))
+        after = f" (after {tries} attempts)" if tries > 1 else ""
+        return f"{_code(e) or _status(e)}{': ' + msg if msg else ''}{after}"
     return f"{type(e).__name__}: {e}"
-
-
-def check_table(table: object) -> str:
-    """Table names become S3 keys: `name` or `schema.name`, plain identifiers only."""
-    if not isinstance(table, str) or not _TABLE.match(table):
-        raise ConfigError(
-            f"invalid table name {table!r} for a watermark: expected 'schema.table' made of "
-            "letters, digits, '_' or '$'"
-        )
-    return table
 
 
 def default_session_id() -> str:
@@ -132,23 +120,78 @@ def _utc(ts: datetime | None) -> datetime:
     return ts.replace(tzinfo=UTC) if ts.tzinfo is None else ts.astimezone(UTC)
 
 
+# --------------------------------------------------------------------- event-log source
+
+
+def event_log_watermark(
+    instance: dg.DagsterInstance, table: TableConfig | str, *, lookback: int = 5
+) -> str | None:
+    """The newest watermark record kept in the event log, as JSON text, or None.
+
+    Every materialization of `s3_parquet` and `redshift_table` carries the whole record in
+    its `s3rs/watermark` metadata (io_manager.py). This returns the one from the latest such
+    materialization of either stage (highest storage id), looking at the last `lookback`
+    materializations of each, so one event without the entry does not hide the others. The
+    text is not validated here: the watermark store validates every candidate.
+    """
+    best: tuple[int, Any] | None = None
+    for key in stage_keys(table):
+        result = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key), lookback)
+        for rec in result.records:
+            mat = rec.asset_materialization
+            entry = mat.metadata.get(WATERMARK_METADATA_KEY) if mat is not None else None
+            if entry is None:
+                continue
+            if best is None or rec.storage_id > best[0]:
+                best = (rec.storage_id, entry.value)
+            break
+    if best is None:
+        return None
+    value = best[1]
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def event_log_fallback(instance: dg.DagsterInstance) -> EventLogFallback:
+    """The last recovery source of a `WatermarkStore`: this instance's event log."""
+
+    def fallback(table: str) -> str | None:
+        return event_log_watermark(instance, table)
+
+    return fallback
+
+
+# ------------------------------------------------------------------------------ results
+
+
 class _Lost(Exception):
-    """Internal: our conditional write lost a race, or was superseded right after."""
+    """Internal: our conditional write lost a race (or the primary was deleted meanwhile)."""
 
 
 @dataclass
 class SaveInfo:
-    """What the last save did, for logs and Dagster metadata (`as_metadata()`)."""
+    """What one save did, for logs and Dagster metadata (`as_metadata()`)."""
 
     table: str
     session_id: str
     etag: str | None = None
     written: dict[str, str] = field(default_factory=dict)  # location -> key
     failed: dict[str, str] = field(default_factory=dict)  # location -> error
-    primary_attempts: int = 0
+    primary_attempts: int = 0  # requests botocore sent for the primary PUT
     cas_rounds: int = 1
     recovered_from: str | None = None
-    superseded: bool = False  # an unconditional put was overwritten right after
+
+    def merged(self, other: SaveInfo) -> SaveInfo:
+        """This save plus another one of the same table (the primary, then its backups)."""
+        return SaveInfo(
+            table=self.table,
+            session_id=self.session_id,
+            etag=self.etag or other.etag,
+            written={**self.written, **other.written},
+            failed={**self.failed, **other.failed},
+            primary_attempts=self.primary_attempts or other.primary_attempts,
+            cas_rounds=self.cas_rounds,
+            recovered_from=self.recovered_from or other.recovered_from,
+        )
 
     def as_metadata(self) -> dict[str, Any]:
         return {
@@ -194,6 +237,16 @@ class RecoveryReport:
 
 
 @dataclass
+class UpdateResult:
+    """What `update()` did: the record now stored, how it was saved, and the recovery its
+    read needed (None when the primary was valid)."""
+
+    record: WatermarkRecord
+    save: SaveInfo
+    recovery: RecoveryReport | None = None
+
+
+@dataclass
 class CleanupReport:
     days_to_keep: int
     dry_run: bool
@@ -231,113 +284,85 @@ class _Got:
     last_modified: datetime | None
 
 
-class WatermarkStore:
-    """Read, verify, recover and compare-and-swap watermark records for one bucket/prefix.
+@dataclass(frozen=True)
+class _Known:
+    """The store's last view of a table's primary: (None, None, None) when it has none."""
 
-    `session_id` names this run's session backups (the Dagster run id); a timestamp id is
-    made when None. `event_log_fallback(table) -> JSON text | None` is the last recovery
-    source (the latest `s3rs/watermark` materialization metadata). `attempts` and
-    `base_delay` bound our retries of each S3 call on transient errors.
+    record: WatermarkRecord | None
+    etag: str | None
+    body: bytes | None
+
+
+class WatermarkStore:
+    """Read, verify, recover and compare-and-swap watermark records for one bucket/layout.
+
+    Build it with `io_manager.store_for` (the one builder). `session_id` names this run's
+    session backups (the Dagster run id); a timestamp id is made when None.
+    `event_log_fallback(table) -> JSON text | None` is the last recovery source. S3 calls
+    are retried by the client's botocore configuration only.
+
+    Records returned by `read()` and `update()` are the store's own copy of the primary:
+    read them, do not change them (a change goes through `update()`).
     """
 
     def __init__(
         self,
         client: Any,
         bucket: str,
-        prefix: str,
+        layout: Layout,
         session_id: str | None = None,
         *,
         event_log_fallback: EventLogFallback | None = None,
-        attempts: int = PUT_ATTEMPTS,
-        base_delay: float = BASE_DELAY,
     ):
         self.client = client
         self.bucket = bucket
-        self.prefix = prefix.strip("/")
-        self.session_id = session_id or default_session_id()
-        if not _SESSION.match(self.session_id):
-            raise ConfigError(f"invalid watermark session id {self.session_id!r}")
+        self.layout = layout
+        self.session_id = check_session(session_id or default_session_id())
         self.event_log_fallback = event_log_fallback
-        self.attempts = max(1, attempts)
-        self.base_delay = base_delay
-        self._local = threading.local()
+        self._known: dict[str, _Known] = {}
+        self._lock = threading.Lock()
 
-    # ----------------------------------------------------------------- layout
-
-    def _key(self, *parts: str) -> str:
-        return "/".join(p for p in (self.prefix, *parts) if p)
-
-    def primary_key(self, table: str) -> str:
-        return self._key("watermarks", "tables", f"{check_table(table)}.json")
-
-    def daily_key(self, table: str, day: datetime | None = None) -> str:
-        stamp = _utc(day).strftime("%Y%m%d")
-        return self._key("watermarks", "backups", "daily", f"{check_table(table)}_{stamp}.json")
-
-    def session_key(self, table: str, session_id: str | None = None) -> str:
-        sid = session_id or self.session_id
-        return self._key("watermarks", "backups", "sessions", sid, f"{check_table(table)}.json")
+    @property
+    def prefix(self) -> str:
+        return self.layout.prefix.strip("/")
 
     def _uri(self, key: str) -> str:
         return f"s3://{self.bucket}/{key}"
 
-    # --------------------------------------------------------- per-thread results
-
-    @property
-    def last_save(self) -> SaveInfo | None:
-        """What this thread's last save wrote and failed to write."""
-        return getattr(self._local, "last_save", None)
-
-    @property
-    def last_recovery(self) -> RecoveryReport | None:
-        """This thread's last recovery (None if its last read needed none)."""
-        return getattr(self._local, "last_recovery", None)
-
     # ------------------------------------------------------------- S3 helpers
 
-    def _retry(self, what: str, fn: Callable[[], Any]) -> tuple[Any, int]:
-        """Run fn, retrying transient errors with backoff; returns (result, attempts)."""
-        for attempt in range(1, self.attempts + 1):
-            try:
-                return fn(), attempt
-            except (ClientError, BotoConnectionError, HTTPClientError, IncompleteReadError) as e:
-                if not is_transient(e) or attempt == self.attempts:
-                    raise
-                delay = min(self.base_delay * 2 ** (attempt - 1), MAX_DELAY)
-                delay *= 0.5 + random.random() / 2
-                log.warning(
-                    "%s failed (%s), attempt %d of %d; retrying in %.2fs",
-                    what,
-                    _describe(e),
-                    attempt,
-                    self.attempts,
-                    delay,
-                )
-                time.sleep(delay)
-        raise AssertionError("unreachable")
-
     def _get(self, key: str) -> _Got | None:
-        """The object, or None when it does not exist; transient errors are retried."""
-
-        def get() -> _Got:
+        """The object, or None when it does not exist."""
+        try:
             obj = self.client.get_object(Bucket=self.bucket, Key=key)
             return _Got(obj["Body"].read(), obj["ETag"], obj.get("LastModified"))
-
-        try:
-            return self._retry(f"GET {self._uri(key)}", get)[0]
         except ClientError as e:
-            if _code(e) in _MISSING_CODES or _status(e) == 404:
+            if _missing(e):
                 return None
             raise
 
     def _put(self, key: str, body: bytes, **cond: str) -> tuple[str, int]:
-        def put() -> str:
-            resp = self.client.put_object(
-                Bucket=self.bucket, Key=key, Body=body, ContentType="application/json", **cond
-            )
-            return resp["ETag"]
+        """PUT the object and verify it; returns (ETag, requests botocore sent).
 
-        return self._retry(f"PUT {self._uri(key)}", put)
+        Content-MD5 makes S3 refuse a body damaged on the way; an ETag other than that MD5
+        means the object is not what we sent, and raises WatermarkError.
+        """
+        digest = hashlib.md5(body)
+        resp = self.client.put_object(
+            Bucket=self.bucket,
+            Key=key,
+            Body=body,
+            ContentMD5=base64.b64encode(digest.digest()).decode(),
+            ContentType="application/json",
+            **cond,
+        )
+        etag = resp["ETag"]
+        if etag.strip('"') != digest.hexdigest():
+            raise WatermarkError(
+                f"{self._uri(key)} was written but S3 answered ETag {etag}, not the MD5 "
+                f"{digest.hexdigest()} of the watermark sent: the write is not verified"
+            )
+        return etag, _attempts(resp.get("ResponseMetadata", {}))
 
     def _list(self, prefix: str) -> Iterator[dict[str, Any]]:
         paginator = self.client.get_paginator("list_objects_v2")
@@ -350,29 +375,43 @@ class WatermarkStore:
         rec = WatermarkRecord.from_json(body, table_name=table)
         return rec.check(table_name=table, now=now)
 
+    # ----------------------------------------------------------------- memory
+
+    def _get_known(self, table: str) -> _Known | None:
+        with self._lock:
+            return self._known.get(table)
+
+    def _set_known(self, table: str, known: _Known) -> None:
+        with self._lock:
+            self._known[table] = known
+
+    def forget(self, table: str | None = None) -> None:
+        """Drop what this store knows of `table` (of every table when None): the next read
+        or update of it goes to S3."""
+        with self._lock:
+            if table is None:
+                self._known.clear()
+            else:
+                self._known.pop(table, None)
+
     # ------------------------------------------------------------------ saving
 
-    def _save(
+    def _write_primary(
         self,
         table: str,
         record: WatermarkRecord,
-        cond: dict[str, str] | None,
+        cond: dict[str, str],
         *,
         recovered_from: str | None = None,
-    ) -> tuple[WatermarkRecord, str]:
-        """Write primary (conditionally unless cond is None), verify, then the backups.
+    ) -> SaveInfo:
+        """Validate, write the primary conditionally and verify it; remember the result.
 
-        Raises _Lost when a conditional write lost, or when the read-back shows another
-        writer replaced our object (so the caller re-reads and re-applies its change).
+        Raises _Lost when the conditional write lost (the caller re-reads and re-applies),
+        WatermarkError when S3 failed or the write cannot be verified. Either way this
+        store forgets the table: what S3 holds is unknown until read again.
         """
-        saved_at = datetime.now(UTC).replace(tzinfo=None)
-        keys = {
-            "primary": self.primary_key(table),
-            "daily": self.daily_key(table, saved_at),
-            "session": self.session_key(table),
-        }
         record.backup_metadata = BackupMetadata(
-            saved_at=saved_at,
+            saved_at=datetime.now(UTC).replace(tzinfo=None),
             session_id=self.session_id,
             backup_locations=list(LOCATIONS),
             recovered_from=recovered_from,
@@ -380,66 +419,57 @@ class WatermarkStore:
         record.check(table_name=table)
         body = record.to_json().encode()
         info = SaveInfo(table=table, session_id=self.session_id, recovered_from=recovered_from)
-        self._local.last_save = info
-        primary = keys["primary"]
-
+        primary = self.layout.watermark_primary(table)
         try:
-            etag, info.primary_attempts = self._put(primary, body, **(cond or {}))
+            etag, info.primary_attempts = self._put(primary, body, **cond)
         except ClientError as e:
-            if cond is not None and is_race(e):
+            self.forget(table)
+            if is_race(e):
                 raise _Lost(_describe(e)) from None
-            if cond and "IfMatch" in cond and (_code(e) in _MISSING_CODES or _status(e) == 404):
+            if "IfMatch" in cond and _missing(e):
                 raise _Lost("primary deleted since it was read") from None
-            info.failed["primary"] = _describe(e)
             raise WatermarkError(
-                f"could not save the watermark of {table} to {self._uri(primary)} after "
-                f"{self.attempts} attempts: {_describe(e)}; the previous record is unchanged"
+                f"could not save the watermark of {table} to {self._uri(primary)}: "
+                f"{_describe(e)}; the previous record is unchanged"
             ) from None
-        except (BotoConnectionError, HTTPClientError) as e:
-            info.failed["primary"] = _describe(e)
+        except S3_ERRORS as e:
+            self.forget(table)
             raise WatermarkError(
-                f"could not save the watermark of {table} to {self._uri(primary)} after "
-                f"{self.attempts} attempts: {_describe(e)}"
+                f"could not save the watermark of {table} to {self._uri(primary)}: {_describe(e)}"
             ) from None
-
-        try:
-            back = self._get(primary)
-        except (ClientError, BotoConnectionError, HTTPClientError) as e:
-            info.failed["verify"] = _describe(e)
-            raise WatermarkError(
-                f"watermark of {table} was written to {self._uri(primary)} (etag {etag}) but "
-                f"could not be read back to verify it: {_describe(e)}"
-            ) from None
-        if back is None or back.etag != etag:
-            if cond is not None:
-                log.warning(
-                    "watermark of %s was replaced right after our write (etag %s, now %s); "
-                    "re-applying",
-                    table,
-                    etag,
-                    back.etag if back else "missing",
-                )
-                raise _Lost("superseded")
-            info.superseded = True
-            log.warning("watermark of %s was replaced right after an unconditional put", table)
-            info.etag = etag
-            info.written["primary"] = primary
-            return record, etag
-        if back.body != body:
-            raise WatermarkError(
-                f"watermark of {table}: read-back of {self._uri(primary)} differs from what "
-                f"was written (etag {etag})"
-            )
-        self._parse(table, back.body, None)
+        except WatermarkError as e:
+            self.forget(table)
+            raise WatermarkError(f"watermark of {table}: {e}") from None
+        self._set_known(table, _Known(record, etag, body))
         info.etag = etag
         info.written["primary"] = primary
+        log.info("saved watermark of %s (etag %s) to %s", table, etag, self._uri(primary))
+        return info
 
-        for location in ("daily", "session"):
-            key = keys[location]
+    def write_backups(self, table: str) -> SaveInfo:
+        """Copy the current record, byte-identical, to today's daily and this session's
+        backup. Called at the end of a stage, on failure, after a manual change and after a
+        recovery: backups are at most one run behind the primary. Reads the primary first
+        if this store has not seen it; writes nothing for a table without a record. A
+        failed copy is logged and reported in the result, never raised."""
+        check_table(table)
+        known = self._get_known(table)
+        if known is None:
+            self.read(table)
+            known = self._get_known(table)
+        info = SaveInfo(table=table, session_id=self.session_id)
+        if known is None or known.body is None:
+            return info
+        info.etag = known.etag
+        keys = {
+            "daily": self.layout.watermark_daily(table, datetime.now(UTC).date()),
+            "session": self.layout.watermark_session(table, self.session_id),
+        }
+        for location, key in keys.items():
             try:
-                self._put(key, body)
+                self._put(key, known.body)
                 info.written[location] = key
-            except (ClientError, BotoConnectionError, HTTPClientError) as e:
+            except (*S3_ERRORS, WatermarkError) as e:
                 info.failed[location] = _describe(e)
                 log.error(
                     "watermark of %s: %s backup %s not written: %s",
@@ -449,13 +479,13 @@ class WatermarkStore:
                     _describe(e),
                 )
         log.info(
-            "saved watermark of %s (etag %s) to %s%s",
+            "backed up watermark of %s (etag %s) to %s%s",
             table,
-            etag,
-            ", ".join(info.written),
+            known.etag,
+            ", ".join(info.written) or "nothing",
             f"; FAILED {', '.join(info.failed)}" if info.failed else "",
         )
-        return record, etag
+        return info
 
     def update(
         self,
@@ -463,68 +493,83 @@ class WatermarkStore:
         change: Callable[[WatermarkRecord], None],
         *,
         now: datetime | None = None,
-    ) -> WatermarkRecord:
+    ) -> UpdateResult:
         """Apply `change` to the latest record and store it compare-and-swap.
 
         `change` mutates the record in place and may be called more than once (after a lost
         race); it raises WatermarkConflict when it cannot be applied to the newer record.
-        The record is recovered first when the primary is missing or invalid, so an update
-        never starts from an empty record while any copy of the watermark exists.
+        The first update of a table reads (and if needed recovers) the primary, so an
+        update never starts from an empty record while any copy of the watermark exists;
+        later ones start from the record this store last wrote and cost one PUT. Backups
+        are not written here: see `write_backups`.
         """
         check_table(table)
+        recovery: RecoveryReport | None = None
         for attempt in range(CAS_ATTEMPTS):
-            current, etag = self.read_versioned(table, now=now)
-            record = current.model_copy(deep=True) if current else WatermarkRecord.new(table)
+            known = self._get_known(table)
+            if known is None:
+                report, known = self._recover(table, now)
+                if report.recovered:
+                    recovery = report
+            record = (
+                WatermarkRecord.from_json(known.body, table_name=table)
+                if known.body is not None
+                else WatermarkRecord.new(table)
+            )
             change(record)
             record.refresh()
-            cond = {"IfMatch": etag} if etag else {"IfNoneMatch": "*"}
+            cond = {"IfMatch": known.etag} if known.etag else {"IfNoneMatch": "*"}
             try:
-                saved, _ = self._save(table, record, cond)
+                info = self._write_primary(table, record, cond)
             except _Lost as e:
                 log.info("watermark of %s: lost a race (%s); re-reading", table, e)
                 time.sleep(min(0.05 * 2**attempt, 1.0) * (0.5 + random.random()))
                 continue
-            self._local.last_save.cas_rounds = attempt + 1
-            return saved
+            info.cas_rounds = attempt + 1
+            return UpdateResult(record, info, recovery)
         raise WatermarkConflict(
             f"watermark of {table} changed {CAS_ATTEMPTS} times while saving; "
             "another run keeps writing it"
         )
 
-    def put_unconditional(self, record: WatermarkRecord) -> None:
-        """Overwrite the primary and mirrors (operator `watermark set`); validates first."""
-        table = check_table(record.table_name)
-        record = WatermarkRecord.from_json(record.to_json(), table_name=table)
-        record.check(table_name=table)
-        self._save(table, record, None)
-
     # ----------------------------------------------------------------- reading
 
     def read_versioned(
-        self, table: str, *, now: datetime | None = None
+        self, table: str, *, now: datetime | None = None, fresh: bool = False
     ) -> tuple[WatermarkRecord | None, str | None]:
         """The primary record and its ETag, recovered first if missing or invalid.
 
         (None, None) only for a brand-new table: no primary, no backup, no event-log record.
         `now` is the source clock (naive); a cursor later than now + 1 minute is invalid.
+        Once this store has read or written the table the answer comes from memory (it was
+        validated then) unless `fresh`.
         """
-        report = self.recover(table, now=now)
-        return report.record, report.etag
+        check_table(table)
+        known = None if fresh else self._get_known(table)
+        if known is None:
+            _, known = self._recover(table, now)
+        return known.record, known.etag
 
-    def read(self, table: str, now: datetime | None = None) -> WatermarkRecord | None:
-        return self.read_versioned(table, now=now)[0]
+    def read(
+        self, table: str, now: datetime | None = None, *, fresh: bool = False
+    ) -> WatermarkRecord | None:
+        return self.read_versioned(table, now=now, fresh=fresh)[0]
 
     def recover(self, table: str, *, now: datetime | None = None) -> RecoveryReport:
-        """Validate the primary; when missing or invalid, restore it from the first valid
-        backup (see the module docstring for the order). Raises WatermarkError when the
-        primary is invalid, or backups exist, and no valid copy is left."""
+        """Read and validate the primary in S3 (never from memory); when missing or invalid,
+        restore it from the first valid backup (see the module docstring for the order).
+        Raises WatermarkError when the primary is invalid, or backups exist, and no valid
+        copy is left."""
         check_table(table)
-        self._local.last_recovery = None
-        primary = self.primary_key(table)
+        return self._recover(table, now)[0]
+
+    def _recover(self, table: str, now: datetime | None) -> tuple[RecoveryReport, _Known]:
+        primary = self.layout.watermark_primary(table)
         for attempt in range(CAS_ATTEMPTS):
+            self.forget(table)
             try:
                 got = self._get(primary)
-            except (ClientError, BotoConnectionError, HTTPClientError) as e:
+            except S3_ERRORS as e:
                 raise WatermarkError(
                     f"cannot read the watermark of {table} from {self._uri(primary)}: "
                     f"{_describe(e)}"
@@ -532,7 +577,9 @@ class WatermarkStore:
             if got is not None:
                 try:
                     rec = self._parse(table, got.body, now)
-                    return RecoveryReport(table, "primary", primary, rec, got.etag)
+                    known = _Known(rec, got.etag, got.body)
+                    self._set_known(table, known)
+                    return RecoveryReport(table, "primary", primary, rec, got.etag), known
                 except WatermarkError as e:
                     primary_error = str(e)
                     log.error("watermark of %s at %s is invalid: %s", table, primary, e)
@@ -542,16 +589,17 @@ class WatermarkStore:
             found_any = self._find_valid_copy(table, now, report)
             if report.record is None:
                 if got is None and not found_any:
-                    return report  # brand-new table
+                    known = _Known(None, None, None)  # brand-new table
+                    self._set_known(table, known)
+                    return report, known
                 raise WatermarkError(self._give_up_message(table, primary, report))
             cond = {"IfMatch": got.etag} if got is not None else {"IfNoneMatch": "*"}
             try:
-                report.record, report.etag = self._save(
-                    table, report.record, cond, recovered_from=report.source
-                )
+                info = self._write_primary(table, report.record, cond, recovered_from=report.source)
             except _Lost:
                 time.sleep(min(0.05 * 2**attempt, 1.0) * (0.5 + random.random()))
                 continue  # someone else restored or wrote it: read that
+            report.etag = info.etag
             log.warning(
                 "watermark of %s recovered from %s %s (primary %s); last_mysql_data_timestamp %s",
                 table,
@@ -560,8 +608,9 @@ class WatermarkStore:
                 primary_error,
                 iso(report.record.last_mysql_data_timestamp),
             )
-            self._local.last_recovery = report
-            return report
+            self.write_backups(table)  # a restored primary gets current backups at once
+            known = self._get_known(table) or _Known(report.record, info.etag, None)
+            return report, known
         raise WatermarkConflict(f"watermark of {table} kept changing during recovery")
 
     def _give_up_message(self, table: str, primary: str, report: RecoveryReport) -> str:
@@ -605,7 +654,7 @@ class WatermarkStore:
 
     def _candidates(self, table: str) -> Iterator[tuple[str, str, Callable[[], Any]]]:
         """Recovery candidates in order, each loaded lazily: (source, key, load)."""
-        today = self.daily_key(table)
+        today = self.layout.watermark_daily(table, datetime.now(UTC).date())
 
         def body(key: str) -> Callable[[], bytes | None]:
             def load() -> bytes | None:
@@ -623,7 +672,7 @@ class WatermarkStore:
         yield "daily", today, body(today)
         try:
             dailies = self._daily_objects(table)
-        except (ClientError, BotoConnectionError, HTTPClientError) as e:
+        except S3_ERRORS as e:
             yield "daily", "listing of daily backups", failed(e)
             dailies = []
         for obj in sorted(dailies, key=lambda o: o.day or "", reverse=True):
@@ -631,7 +680,7 @@ class WatermarkStore:
                 yield "daily", obj.key, body(obj.key)
         try:
             sessions = self._newest_first(self._session_objects(table))
-        except (ClientError, BotoConnectionError, HTTPClientError) as e:
+        except S3_ERRORS as e:
             yield "session", "listing of session backups", failed(e)
             sessions = []
         for obj in sessions:
@@ -665,37 +714,31 @@ class WatermarkStore:
     # -------------------------------------------------------------- listings
 
     def _daily_objects(self, table: str | None = None) -> list[_Obj]:
-        prefix = self._key("watermarks", "backups", "daily") + "/"
         out = []
-        for item in self._list(prefix + (f"{table}_" if table else "")):
-            m = _DAILY_NAME.match(item["Key"][len(prefix) :])
-            if m and "/" not in m["table"] and (table is None or m["table"] == table):
-                out.append(_Obj("daily", item["Key"], m["table"], item["LastModified"], m["day"]))
+        head = self.layout.watermark_dailies()
+        for item in self._list(head + (f"{table}_" if table else "")):
+            parsed = self.layout.parse_daily(item["Key"])
+            if parsed and (table is None or parsed[0] == table):
+                name, day = parsed
+                out.append(_Obj("daily", item["Key"], name, item["LastModified"], day))
         return out
 
     def _session_objects(self, table: str | None = None) -> list[_Obj]:
-        prefix = self._key("watermarks", "backups", "sessions") + "/"
         out = []
-        for item in self._list(prefix):
-            parts = item["Key"][len(prefix) :].split("/")
-            if len(parts) != 2 or not parts[1].endswith(".json"):
-                continue
-            name = parts[1][: -len(".json")]
-            if table is None or name == table:
-                out.append(_Obj("session", item["Key"], name, item["LastModified"]))
+        for item in self._list(self.layout.watermark_sessions()):
+            parsed = self.layout.parse_session(item["Key"])
+            if parsed and (table is None or parsed[1] == table):
+                out.append(_Obj("session", item["Key"], parsed[1], item["LastModified"]))
         return out
 
     def list_tables(self) -> list[str]:
         """Tables with a primary or any backup."""
-        prefix = self._key("watermarks", "tables") + "/"
         names = {
-            item["Key"][len(prefix) : -len(".json")]
-            for item in self._list(prefix)
-            if item["Key"].endswith(".json") and "/" not in item["Key"][len(prefix) :]
+            self.layout.parse_primary(i["Key"]) for i in self._list(self.layout.watermark_tables())
         }
         names |= {o.table for o in self._daily_objects()}
         names |= {o.table for o in self._session_objects()}
-        return sorted(n for n in names if _TABLE.match(n))
+        return sorted(n for n in names if n is not None and _valid_table(n))
 
     # ------------------------------------------------------- status and cleanup
 
@@ -709,7 +752,7 @@ class WatermarkStore:
         """
         check_table(table)
         wall = _utc(now)
-        primary_key = self.primary_key(table)
+        primary_key = self.layout.watermark_primary(table)
 
         def describe(key: str | None) -> dict[str, Any]:
             entry: dict[str, Any] = {"key": key, "present": False, "valid": False}
@@ -717,7 +760,7 @@ class WatermarkStore:
                 return entry
             try:
                 got = self._get(key)
-            except (ClientError, BotoConnectionError, HTTPClientError) as e:
+            except S3_ERRORS as e:
                 entry["error"] = f"unreadable: {_describe(e)}"
                 return entry
             if got is None:
@@ -738,9 +781,10 @@ class WatermarkStore:
 
         primary = describe(primary_key)
         dailies = sorted(self._daily_objects(table), key=lambda o: o.day or "", reverse=True)
-        daily = describe(dailies[0].key if dailies else self.daily_key(table, wall))
+        today = self.layout.watermark_daily(table, wall.date())
+        daily = describe(dailies[0].key if dailies else today)
         daily["count"] = len(dailies)
-        daily["today"] = daily["key"] == self.daily_key(table, wall)
+        daily["today"] = daily["key"] == today
         sessions = self._newest_first(self._session_objects(table))
         session = describe(sessions[0].key if sessions else None)
         session["count"] = len(sessions)
@@ -800,14 +844,11 @@ class WatermarkStore:
         for i in range(0, len(doomed), 1000):
             batch = doomed[i : i + 1000]
             try:
-                resp, _ = self._retry(
-                    "DELETE watermark backups",
-                    lambda b=batch: self.client.delete_objects(
-                        Bucket=self.bucket,
-                        Delete={"Objects": [{"Key": k} for k in b], "Quiet": True},
-                    ),
+                resp = self.client.delete_objects(
+                    Bucket=self.bucket,
+                    Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True},
                 )
-            except (ClientError, BotoConnectionError, HTTPClientError) as e:
+            except S3_ERRORS as e:
                 report.failed.update({k: _describe(e) for k in batch})
                 continue
             errors = {e["Key"]: e.get("Code", "error") for e in resp.get("Errors", [])}
@@ -835,7 +876,7 @@ class WatermarkStore:
                 except WatermarkError:
                     continue
                 return obj, None
-        except (ClientError, BotoConnectionError, HTTPClientError) as e:
+        except S3_ERRORS as e:
             return None, f"cannot read {table}'s backups: {_describe(e)}"
         return None, None
 
@@ -844,3 +885,11 @@ def require(record: WatermarkRecord | None, table: str) -> WatermarkRecord:
     if record is None:
         raise WatermarkError(f"no watermark for {table}")
     return record
+
+
+def _valid_table(name: str) -> bool:
+    try:
+        check_table(name)
+    except ConfigError:
+        return False
+    return True

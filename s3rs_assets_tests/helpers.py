@@ -107,7 +107,7 @@ def backup(cfg: TableConfig, res: dict, *, partition: str | None = None,
 
 
 def manifest_keys(store, table: str, partition: str | None = None) -> list[str]:
-    rec = store.read(table)
+    rec = store.read(table, fresh=True)  # runs wrote it since this store last looked
     parts = [rec.partitions[partition]] if partition else list(rec.partitions.values())
     return [f.key for p in parts for f in p.files]
 

@@ -89,8 +89,8 @@ class Stack:
 
     def etag(self, table: str) -> str | None:
         try:
-            return self.s3.head_object(Bucket=self.bucket, Key=self.store.primary_key(
-                self.name(table)))["ETag"]
+            key = self.resource.layout.watermark_primary(self.name(table))
+            return self.s3.head_object(Bucket=self.bucket, Key=key)["ETag"]
         except Exception:  # noqa: BLE001
             return None
 
@@ -197,7 +197,10 @@ def seed(stack: Stack, table: str = "cli_wm", put: bool = True):
         rec.mysql_status = "success"
         rec.redshift_status = "success"
 
-    return stack.store.update(name, change)
+    store = stack.store
+    record = store.update(name, change).record
+    store.write_backups(name)  # as at a run's end
+    return record
 
 
 # ------------------------------------------------------------------------- watermark get
@@ -365,7 +368,7 @@ def test_set_refuses_when_the_record_moved_since_it_was_shown(stack, monkeypatch
 def test_reset_variants(stack):
     seed(stack)
     name = stack.name("cli_wm")
-    primary = stack.store.primary_key(name)
+    primary = stack.resource.layout.watermark_primary(name)
     r = invoke("watermark", "reset", "-t", name, "--mysql-only", "--yes")
     assert r.exit_code == 0, r.output
     assert f"read again from {key_of(day(10))}" in r.output
@@ -449,7 +452,7 @@ def test_backup_status_and_cleanup(stack):
     assert "primary  valid" in out and "daily    valid" in out and "same as primary" in out
     doc = json.loads(invoke("watermark", "backup-status", "-t", name, "--json").stdout)
     assert doc["healthy"] and doc["primary"]["valid"] and doc["session"]["count"] >= 1
-    primary = stack.store.primary_key(name)
+    primary = stack.resource.layout.watermark_primary(name)
     dry = invoke("watermark", "cleanup-backups", "--days-to-keep", "0", "--dry-run", "--json")
     report = json.loads(dry.stdout)
     assert report["dry_run"] and report["keys"] and primary not in report["keys"]

@@ -116,7 +116,7 @@ def test_range_run_and_recompute(
         with ties_tables.cursor() as cur:
             cur.execute("UPDATE ext_ties SET amount = 1.5 WHERE id = 20001")
         backup(cfg, res, partition="2025-03-05", instance=instance)
-        rec2 = store.read(cfg.name)
+        rec2 = store.read(cfg.name, fresh=True)  # written by the second run
         assert rec2.partitions["2025-03-05"].recomputes == 1
         keys = manifest_keys(store, cfg.name, "2025-03-05")
         table = read_parquet(s3_client, s3_resource.bucket, keys)

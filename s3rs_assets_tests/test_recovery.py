@@ -22,8 +22,8 @@ from s3rs_assets_tests.helpers import (
 )
 
 
-def _damage(kind: str, s3_client, bucket: str, store, table: str) -> None:
-    primary = store.primary_key(table)
+def _damage(kind: str, s3_client, bucket: str, layout, table: str) -> None:
+    primary = layout.watermark_primary(table)
     if kind == "deleted":
         s3_client.delete_object(Bucket=bucket, Key=primary)
     elif kind == "truncated":
@@ -56,7 +56,7 @@ def test_sync_after_losing_the_watermark(kind, mysql_conn, mysql_db, mysql_url, 
         assert before.partitions["2025-03-03"].status == "complete"
         assert before.partitions["2025-03-04"].status == "partial"
         cursor = before.partitions["2025-03-04"].cursor
-        _damage(kind, s3_client, s3_resource.bucket, store, cfg.name)
+        _damage(kind, s3_client, s3_resource.bucket, s3_resource.layout, cfg.name)
         if kind == "deleted":
             # the run itself finds the primary gone and restores it before reading
             result = backup(cfg, res, partition="2025-03-04", instance=instance)

@@ -31,9 +31,9 @@ from s3rs_assets.sensors import (
     STAGE_CHAIN,
     WATERMARK_GUARD,
     build_sensors,
-    event_log_watermark,
 )
 from s3rs_assets.watermark import PartitionState, Position, WatermarkRecord
+from s3rs_assets.watermark_store import event_log_watermark
 from s3rs_assets_tests.conftest import REPO
 from s3rs_assets_tests.helpers import (
     backup,
@@ -128,7 +128,9 @@ def write_record(store, cfg, conn, *, complete=(), partial=()) -> WatermarkRecor
                     cursor=last_row(conn, cfg.table, lo, hi),
                 )
 
-    return store.update(cfg.name, change)
+    record = store.update(cfg.name, change).record
+    store.write_backups(cfg.name)  # as at a run's end
+    return record
 
 
 def server_now(conn) -> datetime:
@@ -215,8 +217,8 @@ def test_guard_restores_primary_from_daily_backup(
     cfg = table_cfg(mysql_db, "sen_g2")
     store = store_for(s3_resource)
     saved = write_record(store, cfg, mysql_conn, complete=["2025-03-04"])
-    primary, bucket = store.primary_key(cfg.name), s3_resource.bucket
-    daily = store.daily_key(cfg.name)
+    primary, bucket = s3_resource.layout.watermark_primary(cfg.name), s3_resource.bucket
+    daily = s3_resource.layout.watermark_daily(cfg.name, datetime.now(UTC).date())
     if damage == "deleted":
         s3_client.delete_object(Bucket=bucket, Key=primary)
         why = "primary missing"
@@ -263,18 +265,18 @@ def test_guard_restores_from_event_log_when_every_s3_copy_is_gone(backed_up, mys
     assert f"RECOVERED {cfg.name}: primary missing; recovered from event_log" in tick.skip_message
     (obs,) = tick.asset_events
     assert obs.metadata["recovered_from"].value == "event_log"
-    restored = store.read(cfg.name)
+    restored = store.read(cfg.name, fresh=True)  # the guard restored it since
     assert restored.backup_metadata.recovered_from == "event_log"
     assert restored.partitions == before.partitions
     assert restored.mysql_rows_extracted == 42
-    assert store.primary_key(cfg.name) in wm_keys(s3_client, s3.bucket)
+    assert s3.layout.watermark_primary(cfg.name) in wm_keys(s3_client, s3.bucket)
 
 
 def test_guard_names_the_table_that_needs_watermark_set(
     instance, mysql_db, mysql_url, s3_resource, s3_client
 ):
     cfg = table_cfg(mysql_db, "sen_g_lost")
-    primary = store_for(s3_resource).primary_key(cfg.name)
+    primary = s3_resource.layout.watermark_primary(cfg.name)
     s3_client.put_object(Bucket=s3_resource.bucket, Key=primary, Body=b'{"table_name": "sen')
     s = Sensors([cfg], instance, res_for(mysql_url, s3_resource))
 

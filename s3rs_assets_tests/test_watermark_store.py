@@ -1,35 +1,53 @@
 """WatermarkStore against a real moto S3 server: mirrors, CAS, retries, recovery, cleanup.
 
-Faults are injected on the real boto3 client through botocore's event system
-(`before-send.s3.PutObject` answering with a canned 412/409/503 or raising a connection
-error), so every other request still goes over HTTP to moto.
+Stores are built by `io_manager.store_for` (the one builder) on an `S3Resource`, so the
+client is the one production uses (botocore standard retries). Faults are injected on
+that real boto3 client through botocore's event system (`before-send.s3.PutObject`
+answering with a canned 412/409/503 or raising a connection error), so every other request
+still goes over HTTP to moto.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import logging
 import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import boto3
 import pytest
 from botocore.awsrequest import AWSResponse
-from botocore.config import Config
 from botocore.exceptions import ConnectionClosedError
 
 from s3rs_assets.errors import ConfigError, WatermarkConflict, WatermarkError
+from s3rs_assets.io_manager import store_for
+from s3rs_assets.layout import Layout
+from s3rs_assets.resources import S3Resource
 from s3rs_assets.watermark import (
     FileEntry,
     PartitionState,
     Position,
     WatermarkRecord,
 )
-from s3rs_assets.watermark_store import WatermarkStore
+from s3rs_assets.watermark_store import EventLogFallback, UpdateResult, WatermarkStore
 
 T = "sales.orders"
 PREFIX = "s3rs"
+LAYOUT = Layout(PREFIX)
+
+
+def primary(table: str = T) -> str:
+    return LAYOUT.watermark_primary(table)
+
+
+def daily(table: str = T, when: datetime | None = None) -> str:
+    return LAYOUT.watermark_daily(table, (when or datetime.now(UTC)).date())
+
+
+def session_key(table: str = T, session: str = "run-a") -> str:
+    return LAYOUT.watermark_session(table, session)
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -86,14 +104,23 @@ class Inject:
         return AWSResponse(request.url, self.status, headers, _Raw(body))
 
 
-def no_retry_client(endpoint: str, attempts: int = 1) -> Any:
-    """A real client whose botocore retries are off, so our own retry layer is what acts."""
-    cfg = Config(retries={"mode": "standard", "total_max_attempts": attempts})
-    return boto3.client("s3", endpoint_url=endpoint, config=cfg)
+def resource(bucket: str, retries: int | None = None) -> S3Resource:
+    """The S3 resource of a test bucket; `retries` sets botocore's retry budget."""
+    if retries is None:
+        return S3Resource(bucket=bucket, prefix=PREFIX)
+    return S3Resource(bucket=bucket, prefix=PREFIX, max_attempts=retries)
 
 
-def make_store(client: Any, bucket: str, session: str = "run-a", **kw: Any) -> WatermarkStore:
-    return WatermarkStore(client, bucket, PREFIX, session_id=session, base_delay=0.01, **kw)
+def make_store(
+    s3: S3Resource,
+    session: str | None = "run-a",
+    event_log_fallback: EventLogFallback | None = None,
+) -> WatermarkStore:
+    """A store from the one builder; tests stand in their own event-log source."""
+    store = store_for(s3, session)
+    if event_log_fallback is not None:
+        store.event_log_fallback = event_log_fallback
+    return store
 
 
 def add_chunk(part: str, hour: int, rows: int = 10, key: str | None = None):
@@ -138,28 +165,41 @@ def delete_dailies(s3: Any, bucket: str) -> None:
 
 @pytest.fixture
 def store(s3_resource) -> WatermarkStore:
-    return make_store(s3_resource.client(), s3_resource.bucket)
+    return make_store(s3_resource)
+
+
+def run(store: WatermarkStore, table: str, *changes: Any) -> UpdateResult:
+    """What a run does: a checkpoint per change, then the backups at its end."""
+    results = [store.update(table, change) for change in changes]
+    store.write_backups(table)
+    return results[-1]
 
 
 @pytest.fixture
 def saved(store: WatermarkStore) -> WatermarkRecord:
-    """A table with two chunks of progress in one partition."""
-    store.update(T, add_chunk("2025-01-01", 5))
-    return store.update(T, add_chunk("2025-01-01", 9))
+    """A table with two chunks of progress in one partition, backed up at the run's end."""
+    return run(store, T, add_chunk("2025-01-01", 5), add_chunk("2025-01-01", 9)).record
 
 
 # ------------------------------------------------------------------------ saving
 
 
-def test_save_writes_three_locations_with_backup_metadata(store, s3_client, bucket):
-    rec = store.update(T, add_chunk("2025-01-01", 5))
-    info = store.last_save
+def test_update_writes_the_primary_and_write_backups_copies_it(store, s3_client, bucket):
+    result = store.update(T, add_chunk("2025-01-01", 5))
+    rec, info = result.record, result.save
+    assert result.recovery is None
     keys = {
         "primary": f"{PREFIX}/watermarks/tables/{T}.json",
         "daily": f"{PREFIX}/watermarks/backups/daily/{T}_{datetime.now(UTC):%Y%m%d}.json",
         "session": f"{PREFIX}/watermarks/backups/sessions/run-a/{T}.json",
     }
-    assert info.written == keys and info.failed == {}
+    assert info.written == {"primary": keys["primary"]} and info.failed == {}
+    assert not exists(s3_client, bucket, keys["daily"])  # backups wait for the run's end
+    assert not exists(s3_client, bucket, keys["session"])
+
+    backups = store.write_backups(T)
+    assert backups.written == {"daily": keys["daily"], "session": keys["session"]}
+    assert backups.failed == {} and backups.etag == info.etag
     bodies = {loc: body_of(s3_client, bucket, k) for loc, k in keys.items()}
     assert len(set(bodies.values())) == 1  # byte-identical mirrors
     stored = WatermarkRecord.from_json(bodies["primary"], table_name=T)
@@ -168,43 +208,59 @@ def test_save_writes_three_locations_with_backup_metadata(store, s3_client, buck
     assert meta.backup_locations == ["primary", "daily", "session"]
     assert meta.recovered_from is None
     assert abs(meta.saved_at - datetime.now(UTC).replace(tzinfo=None)) < timedelta(minutes=1)
-    # read back: the ETag we got is the object's, the content is what update() returned
+    # verified by ETag = MD5 of the body, not by a read-back
     assert s3_client.head_object(Bucket=bucket, Key=keys["primary"])["ETag"] == info.etag
+    assert info.etag.strip('"') == hashlib.md5(bodies["primary"]).hexdigest()
     assert stored == rec
     assert stored.s3_file_count == 1 and stored.mysql_rows_extracted == 10
     assert store.read(T) == rec
-    assert info.as_metadata()["written"] == ["daily", "primary", "session"]
+    merged = info.merged(backups).as_metadata()
+    assert merged["written"] == ["daily", "primary", "session"] and merged["failed"] == {}
 
 
-def test_backup_write_failure_is_logged_and_reported_not_fatal(
-    moto_endpoint, bucket, s3_client, caplog
-):
-    client = no_retry_client(moto_endpoint)
-    store = make_store(client, bucket)
-    fault = Inject(client, "/backups/sessions/", status=500, code="InternalError", times=None)
+def test_backup_write_failure_is_logged_and_reported_not_fatal(bucket, s3_client, caplog):
+    store = make_store(resource(bucket, retries=1))
+    fault = Inject(store.client, "/backups/sessions/", status=500, code="InternalError", times=None)
+    rec = store.update(T, add_chunk("2025-01-01", 5)).record
     with caplog.at_level(logging.ERROR, logger="s3rs.watermark"):
-        rec = store.update(T, add_chunk("2025-01-01", 5))
-    assert fault.injected == store.attempts
-    assert set(store.last_save.written) == {"primary", "daily"}
-    assert "InternalError" in store.last_save.failed["session"]
+        backups = store.write_backups(T)
+    assert fault.injected == 2  # botocore's attempts, no retry loop of ours on top
+    assert set(backups.written) == {"daily"}
+    assert "InternalError" in backups.failed["session"]
+    assert "after 2 attempts" in backups.failed["session"]
     assert any("session backup" in r.getMessage() for r in caplog.records)
-    assert store.read(T) == rec
-    assert not exists(s3_client, bucket, store.session_key(T))
+    assert store.read(T, fresh=True) == rec
+    assert not exists(s3_client, bucket, session_key(T))
+
+
+def test_write_backups_reads_a_primary_it_has_not_seen_and_skips_a_new_table(
+    s3_resource, store, saved, s3_client, bucket
+):
+    other = make_store(s3_resource, "run-b")
+    backups = other.write_backups(T)
+    assert backups.written["session"] == session_key(T, "run-b")
+    assert body_of(s3_client, bucket, session_key(T, "run-b")) == body_of(
+        s3_client, bucket, primary()
+    )
+    assert other.write_backups("sales.never_synced").written == {}
 
 
 def test_session_id_defaults_to_a_timestamp(s3_resource):
-    store = WatermarkStore(s3_resource.client(), s3_resource.bucket, PREFIX)
+    store = make_store(s3_resource, session=None)
     assert store.session_id[:8] == f"{datetime.now(UTC):%Y%m%d}"
     store.update(T, add_chunk("2025-01-01", 1))
-    assert store.last_save.written["session"].endswith(f"/sessions/{store.session_id}/{T}.json")
+    backups = store.write_backups(T)
+    assert backups.written["session"].endswith(f"/sessions/{store.session_id}/{T}.json")
 
 
-def test_invalid_names_are_refused(store):
-    for bad in ("../etc", "a/b", "x.y.z", "", "tab le"):
-        with pytest.raises(ConfigError, match="invalid table name"):
+def test_invalid_names_are_refused(store, s3_resource):
+    for bad in ("../etc", "a/b", "x.y.z", "", "tab le", "orders"):
+        with pytest.raises(ConfigError, match="invalid table"):
             store.read(bad)
+        with pytest.raises(ConfigError, match="invalid table"):
+            store.update(bad, lambda rec: None)
     with pytest.raises(ConfigError, match="session id"):
-        WatermarkStore(store.client, store.bucket, PREFIX, session_id="../x")
+        make_store(s3_resource, session="../x")
 
 
 # ---------------------------------------------------------------------- recovery
@@ -213,18 +269,19 @@ def test_invalid_names_are_refused(store):
 def test_missing_primary_recovers_from_daily_and_writes_it_back(
     store, saved, s3_client, bucket, caplog
 ):
-    s3_client.delete_object(Bucket=bucket, Key=store.primary_key(T))
+    s3_client.delete_object(Bucket=bucket, Key=primary())
     with caplog.at_level(logging.WARNING, logger="s3rs.watermark"):
-        rec = store.read(T)
+        report = store.recover(T)
+    rec = report.record
     assert rec.backup_metadata.recovered_from == "daily"
     assert rec.partitions == saved.partitions
     assert rec.last_mysql_data_timestamp == datetime(2025, 1, 1, 9)
-    assert store.last_recovery.source == "daily"
-    assert store.last_recovery.key == store.daily_key(T)
-    assert store.last_recovery.primary_error == "missing"
-    primary = WatermarkRecord.from_json(body_of(s3_client, bucket, store.primary_key(T)))
-    assert primary.backup_metadata.recovered_from == "daily"
-    assert primary.partitions == saved.partitions
+    assert report.source == "daily" and report.recovered
+    assert report.key == daily()
+    assert report.primary_error == "missing"
+    written = WatermarkRecord.from_json(body_of(s3_client, bucket, primary()))
+    assert written.backup_metadata.recovered_from == "daily"
+    assert written.partitions == saved.partitions
     assert any("recovered from daily" in r.getMessage() for r in caplog.records)
     # the next read uses the restored primary
     assert store.recover(T).source == "primary"
@@ -253,75 +310,75 @@ def _corrupt(kind: str, text: bytes) -> bytes:
     ],
 )
 def test_invalid_primary_recovers_from_daily(store, saved, s3_client, bucket, kind, why):
-    key = store.primary_key(T)
+    key = primary()
     s3_client.put_object(
         Bucket=bucket, Key=key, Body=_corrupt(kind, body_of(s3_client, bucket, key))
     )
-    rec = store.read(T, now=datetime.now())
+    report = store.recover(T, now=datetime.now())
+    rec = report.record
     assert rec.backup_metadata.recovered_from == "daily"
     assert rec.partitions == saved.partitions
-    assert why in store.last_recovery.primary_error
-    assert T in store.last_recovery.primary_error
+    assert why in report.primary_error
+    assert T in report.primary_error
     assert WatermarkRecord.from_json(body_of(s3_client, bucket, key)).partitions == saved.partitions
 
 
 def test_cursor_within_a_minute_of_the_source_clock_is_valid(store, s3_client, bucket):
     now = datetime(2025, 1, 1, 9, 0, 30)
-    store.update(T, add_chunk("2025-01-01", 9))  # cursor 09:00:00
-    assert store.read(T, now=now).backup_metadata.recovered_from is None
-    assert store.read(T, now=now - timedelta(seconds=59)) is not None  # within tolerance
-    delete_dailies(s3_client, bucket)
-    s3_client.delete_object(Bucket=bucket, Key=store.session_key(T))
+    store.update(T, add_chunk("2025-01-01", 9))  # cursor 09:00:00, no backups yet
+    # the clock check runs on what is read from S3, not on the store's own writes
+    assert store.read(T, now=now, fresh=True).backup_metadata.recovered_from is None
+    assert store.read(T, now=now - timedelta(seconds=59), fresh=True) is not None
     with pytest.raises(WatermarkError, match="in the future of the source clock"):
-        store.read(T, now=now - timedelta(minutes=5))
+        store.read(T, now=now - timedelta(minutes=5), fresh=True)
 
 
 def test_primary_and_daily_gone_recovers_latest_then_older_session(s3_resource, s3_client, bucket):
-    a = make_store(s3_resource.client(), bucket, session="run-a")
-    b = make_store(s3_resource.client(), bucket, session="run-b")
-    a.update(T, add_chunk("2025-01-01", 5))
-    b.update(T, add_chunk("2025-01-01", 9))  # newer; same second as a's, ties by saved_at
-    s3_client.delete_object(Bucket=bucket, Key=a.primary_key(T))
+    a = make_store(s3_resource, session="run-a")
+    b = make_store(s3_resource, session="run-b")
+    run(a, T, add_chunk("2025-01-01", 5))
+    run(b, T, add_chunk("2025-01-01", 9))  # newer; same second as a's, ties by saved_at
+    s3_client.delete_object(Bucket=bucket, Key=primary())
     delete_dailies(s3_client, bucket)
 
-    reader = make_store(s3_resource.client(), bucket, session="reader")
-    rec = reader.read(T)
-    assert rec.backup_metadata.recovered_from == "session"
-    assert reader.last_recovery.key == b.session_key(T)
-    assert rec.last_mysql_data_timestamp == datetime(2025, 1, 1, 9)
+    reader = make_store(s3_resource, session="reader")
+    report = reader.recover(T)
+    assert report.record.backup_metadata.recovered_from == "session"
+    assert report.key == session_key(T, "run-b")
+    assert report.record.last_mysql_data_timestamp == datetime(2025, 1, 1, 9)
 
     # only the older session backup is left
-    for k in (a.primary_key(T), b.session_key(T), reader.session_key(T)):
+    for k in (primary(), session_key(T, "run-b"), session_key(T, "reader")):
         s3_client.delete_object(Bucket=bucket, Key=k)
     delete_dailies(s3_client, bucket)
-    rec = reader.read(T)
-    assert rec.backup_metadata.recovered_from == "session"
-    assert reader.last_recovery.key == a.session_key(T)
-    assert rec.last_mysql_data_timestamp == datetime(2025, 1, 1, 5)
+    report = reader.recover(T)
+    assert report.record.backup_metadata.recovered_from == "session"
+    assert report.key == session_key(T, "run-a")
+    assert report.record.last_mysql_data_timestamp == datetime(2025, 1, 1, 5)
 
 
 def test_newest_daily_is_used_when_todays_is_missing(store, saved, s3_client, bucket):
-    today = store.daily_key(T)
-    older = store.daily_key(T, datetime.now(UTC) - timedelta(days=3))
-    oldest = store.daily_key(T, datetime.now(UTC) - timedelta(days=9))
+    today = daily()
+    older = daily(T, datetime.now(UTC) - timedelta(days=3))
+    oldest = daily(T, datetime.now(UTC) - timedelta(days=9))
     s3_client.copy_object(Bucket=bucket, Key=older, CopySource={"Bucket": bucket, "Key": today})
     s3_client.put_object(Bucket=bucket, Key=oldest, Body=WatermarkRecord.new(T).to_json())
-    for k in (today, store.primary_key(T)):
+    for k in (today, primary()):
         s3_client.delete_object(Bucket=bucket, Key=k)
-    rec = store.read(T)
-    assert store.last_recovery.key == older
-    assert rec.partitions == saved.partitions
+    report = store.recover(T)
+    assert report.key == older
+    assert report.record.partitions == saved.partitions
 
 
 def test_invalid_backups_are_skipped(store, saved, s3_client, bucket):
-    s3_client.delete_object(Bucket=bucket, Key=store.primary_key(T))
-    s3_client.put_object(Bucket=bucket, Key=store.daily_key(T), Body=b'{"table_name": ')
-    rec = store.read(T)
-    assert rec.backup_metadata.recovered_from == "session"
-    assert rec.partitions == saved.partitions
-    assert [s for s, _, _ in store.last_recovery.rejected] == ["daily"]
+    s3_client.delete_object(Bucket=bucket, Key=primary())
+    s3_client.put_object(Bucket=bucket, Key=daily(), Body=b'{"table_name": ')
+    report = store.recover(T)
+    assert report.record.backup_metadata.recovered_from == "session"
+    assert report.record.partitions == saved.partitions
+    assert [s for s, _, _ in report.rejected] == ["daily"]
     # the recovery rewrote today's daily with the valid record
-    assert WatermarkRecord.from_json(body_of(s3_client, bucket, store.daily_key(T)))
+    assert WatermarkRecord.from_json(body_of(s3_client, bucket, daily()))
 
 
 def test_event_log_is_the_last_resort(s3_resource, saved, s3_client, bucket):
@@ -332,19 +389,19 @@ def test_event_log_is_the_last_resort(s3_resource, saved, s3_client, bucket):
         asked.append(table)
         return text
 
-    store = make_store(s3_resource.client(), bucket, event_log_fallback=from_event_log)
+    store = make_store(s3_resource, "run-b", event_log_fallback=from_event_log)
     for k in all_keys(s3_client, bucket):
         s3_client.delete_object(Bucket=bucket, Key=k)
     rec = store.read(T)
     assert asked == [T]
     assert rec.backup_metadata.recovered_from == "event_log"
     assert rec.partitions == saved.partitions
-    assert exists(s3_client, bucket, store.primary_key(T))
+    assert exists(s3_client, bucket, primary())
 
 
 def test_event_log_record_is_validated(s3_resource, bucket):
     bad = WatermarkRecord.new("sales.other").to_json()
-    store = make_store(s3_resource.client(), bucket, event_log_fallback=lambda t: bad)
+    store = make_store(s3_resource, event_log_fallback=lambda t: bad)
     with pytest.raises(WatermarkError, match="s3rs watermark set") as err:
         store.read(T)
     assert "belongs to table 'sales.other'" in str(err.value)
@@ -354,62 +411,63 @@ def test_event_log_failure_is_not_taken_for_a_new_table(s3_resource, bucket):
     def broken(table: str) -> str | None:
         raise RuntimeError("dagster instance unreachable")
 
-    store = make_store(s3_resource.client(), bucket, event_log_fallback=broken)
+    store = make_store(s3_resource, event_log_fallback=broken)
     with pytest.raises(WatermarkError, match="unreachable"):
         store.read(T)
 
 
 def test_brand_new_table_reads_as_none(s3_resource, bucket):
-    store = make_store(s3_resource.client(), bucket, event_log_fallback=lambda t: None)
+    store = make_store(s3_resource, event_log_fallback=lambda t: None)
     assert store.read_versioned(T) == (None, None)
     assert store.recover(T).source is None
-    rec = store.update(T, add_chunk("2025-01-01", 1))
-    assert rec.s3_file_count == 1
+    result = store.update(T, add_chunk("2025-01-01", 1))
+    assert result.record.s3_file_count == 1 and result.recovery is None
 
 
 def test_invalid_primary_and_nothing_valid_left_asks_for_watermark_set(store, s3_client, bucket):
-    s3_client.put_object(Bucket=bucket, Key=store.primary_key(T), Body=b"{not json")
+    s3_client.put_object(Bucket=bucket, Key=primary(), Body=b"{not json")
     with pytest.raises(WatermarkError) as err:
         store.read(T)
     msg = str(err.value)
     assert T in msg and "not valid JSON" in msg
     assert f"s3rs watermark set -t {T} --timestamp" in msg
-    assert body_of(s3_client, bucket, store.primary_key(T)) == b"{not json"  # untouched
+    assert body_of(s3_client, bucket, primary()) == b"{not json"  # untouched
     with pytest.raises(WatermarkError, match="s3rs watermark set"):
         store.update(T, add_chunk("2025-01-01", 1))
-    assert body_of(s3_client, bucket, store.primary_key(T)) == b"{not json"
+    assert body_of(s3_client, bucket, primary()) == b"{not json"
 
 
 def test_missing_primary_with_only_invalid_backups_is_an_error_not_a_reset(
     store, saved, s3_client, bucket
 ):
-    s3_client.delete_object(Bucket=bucket, Key=store.primary_key(T))
-    for k in (store.daily_key(T), store.session_key(T)):
+    s3_client.delete_object(Bucket=bucket, Key=primary())
+    for k in (daily(), session_key(T)):
         s3_client.put_object(Bucket=bucket, Key=k, Body=b"garbage")
     with pytest.raises(WatermarkError, match="is missing and no valid copy"):
         store.update(T, add_chunk("2025-01-02", 1))
-    assert not exists(s3_client, bucket, store.primary_key(T))
+    assert not exists(s3_client, bucket, primary())
 
 
 def test_update_after_losing_the_primary_continues_from_the_recovered_record(
     store, saved, s3_client, bucket
 ):
-    s3_client.delete_object(Bucket=bucket, Key=store.primary_key(T))
-    rec = store.update(T, add_chunk("2025-01-02", 3))
+    s3_client.delete_object(Bucket=bucket, Key=primary())
+    result = store.update(T, add_chunk("2025-01-02", 3))
+    rec = result.record
     assert set(rec.partitions) == {"2025-01-01", "2025-01-02"}
     assert rec.s3_file_count == 3 and rec.mysql_rows_extracted == 30
     assert rec.last_mysql_data_timestamp == datetime(2025, 1, 2, 3)
     assert store.read(T) == rec
     assert rec.backup_metadata.recovered_from is None  # a normal save after the recovery
+    assert result.recovery.source == "daily"  # what the update's read had to do
 
 
-def test_recovery_write_back_that_loses_a_race_rereads(moto_endpoint, bucket, s3_client):
-    client = no_retry_client(moto_endpoint)
-    store = make_store(client, bucket)
-    saved = store.update(T, add_chunk("2025-01-01", 5))
-    s3_client.delete_object(Bucket=bucket, Key=store.primary_key(T))
-    fault = Inject(client, "/watermarks/tables/", times=1)
-    rec = store.read(T)
+def test_recovery_write_back_that_loses_a_race_rereads(s3_resource, bucket, s3_client):
+    store = make_store(s3_resource)
+    saved = run(store, T, add_chunk("2025-01-01", 5)).record
+    s3_client.delete_object(Bucket=bucket, Key=primary())
+    fault = Inject(store.client, "/watermarks/tables/", times=1)
+    rec = store.read(T, fresh=True)
     assert fault.injected == 1 and fault.seen == 2
     assert rec.partitions == saved.partitions
     assert rec.backup_metadata.recovered_from == "daily"
@@ -418,9 +476,30 @@ def test_recovery_write_back_that_loses_a_race_rereads(moto_endpoint, bucket, s3
 # -------------------------------------------------------------- compare-and-swap
 
 
+class AtomicPuts:
+    """S3 applies a conditional PUT atomically; moto checks the condition and then writes
+    without a lock, so two racing conditional PUTs can both succeed there (STACK.md). One
+    lock around each PutObject call of the given stores makes moto behave like S3."""
+
+    def __init__(self, *stores: WatermarkStore):
+        self.lock = threading.Lock()
+        for st in stores:
+            st.client.meta.events.register("before-call.s3.PutObject", self.enter)
+            st.client.meta.events.register("after-call.s3.PutObject", self.leave)
+            st.client.meta.events.register("after-call-error.s3.PutObject", self.leave)
+
+    def enter(self, **_: Any) -> None:
+        self.lock.acquire()
+
+    def leave(self, **_: Any) -> None:
+        self.lock.release()
+
+
 def _race(s3_resource, bucket: str, table: str) -> int:
     """Two runs read the same record, then both write: one must lose and re-apply.
     Returns how many times the change functions ran."""
+    stores = {s: make_store(s3_resource, f"{table}-{s}") for s in ("run-a", "run-b")}
+    AtomicPuts(*stores.values())
     barrier = threading.Barrier(2, timeout=10)
     errors: list[BaseException] = []
     calls: list[str] = []
@@ -437,7 +516,7 @@ def _race(s3_resource, bucket: str, table: str) -> int:
                 barrier.wait()
 
         try:
-            make_store(s3_resource.client(), bucket, session).update(table, change)
+            stores[session].update(table, change)
         except BaseException as e:  # noqa: BLE001
             errors.append(e)
 
@@ -456,9 +535,9 @@ def _race(s3_resource, bucket: str, table: str) -> int:
 def test_two_runs_racing_on_different_partitions_both_land(s3_resource, bucket):
     for round_ in range(5):
         table = f"sales.race{round_}"
-        make_store(s3_resource.client(), bucket, "seed").update(table, add_chunk("2025-01-01", 1))
+        make_store(s3_resource, "seed").update(table, add_chunk("2025-01-01", 1))
         assert _race(s3_resource, bucket, table) >= 3  # the loser re-applied its change
-        rec = make_store(s3_resource.client(), bucket, "check").read(table)
+        rec = make_store(s3_resource, f"check{round_}").read(table)
         assert set(rec.partitions) == {"2025-01-01", "2025-01-02", "2025-01-03"}
         assert rec.s3_file_count == 3
 
@@ -475,16 +554,17 @@ def test_lost_race_on_first_put_is_retried(store, saved, status, code):
         inner(rec)
 
     fault = Inject(store.client, "/watermarks/tables/", status=status, code=code)
-    rec = store.update(T, change)
+    result = store.update(T, change)
     assert fault.injected == 1
-    assert len(calls) == 2 and store.last_save.cas_rounds == 2
-    assert set(store.read(T).partitions) == {"2025-01-01", "2025-01-02"} == set(rec.partitions)
+    assert len(calls) == 2 and result.save.cas_rounds == 2
+    assert set(store.read(T).partitions) == {"2025-01-01", "2025-01-02"}
+    assert set(result.record.partitions) == {"2025-01-01", "2025-01-02"}
 
 
 def test_incompatible_change_raises_conflict_and_leaves_primary(
     s3_resource, store, saved, s3_client, bucket
 ):
-    other = make_store(s3_resource.client(), bucket, session="run-b")
+    other = make_store(s3_resource, session="run-b")
     seen: list[int] = []
 
     def change(rec: WatermarkRecord) -> None:
@@ -502,27 +582,29 @@ def test_incompatible_change_raises_conflict_and_leaves_primary(
 
     with pytest.raises(WatermarkConflict, match="recomputed by run-b"):
         store.update(T, change)
-    after = WatermarkRecord.from_json(body_of(s3_client, bucket, store.primary_key(T)))
+    after = WatermarkRecord.from_json(body_of(s3_client, bucket, primary()))
     assert after.partitions["2025-01-01"].recomputes == 1
     assert after.last_mysql_data_timestamp == datetime(2025, 1, 1, 9)  # ours not applied
     assert after.backup_metadata.session_id == "run-b"
 
 
 def test_change_that_breaks_the_record_writes_nothing(store, saved, s3_client, bucket):
-    before = body_of(s3_client, bucket, store.primary_key(T))
+    before = body_of(s3_client, bucket, primary())
 
     def rename(rec: WatermarkRecord) -> None:
         rec.table_name = "sales.other"
 
     with pytest.raises(WatermarkError, match="belongs to table 'sales.other'"):
         store.update(T, rename)
-    assert body_of(s3_client, bucket, store.primary_key(T)) == before
+    assert body_of(s3_client, bucket, primary()) == before
 
 
-def test_write_silently_overwritten_is_detected_by_read_back(store, saved, s3_client, bucket):
-    """A non-atomic conditional write (moto's) can let a stale writer overwrite us; the
-    read-back sees a foreign ETag and our change is re-applied on top."""
-    key = store.primary_key(T)
+def test_write_replaced_behind_our_back_is_caught_by_the_next_put(
+    store, saved, s3_client, bucket
+):
+    """An unconditional writer (an operator's `aws s3 cp`) replaces the primary right after
+    our write: our next conditional PUT fails, we re-read once and re-apply on top."""
+    key = primary()
     rival = WatermarkRecord.from_json(body_of(s3_client, bucket, key))
     add_chunk("2025-01-03", 2)(rival)
     rival.refresh()
@@ -534,10 +616,13 @@ def test_write_silently_overwritten_is_detected_by_read_back(store, saved, s3_cl
             s3_client.put_object(Bucket=bucket, Key=key, Body=rival.to_json())
 
     store.client.meta.events.register("after-call.s3.PutObject", overwrite)
-    rec = store.update(T, add_chunk("2025-01-02", 4))
-    assert fired and store.last_save.cas_rounds == 2
-    assert set(rec.partitions) == {"2025-01-01", "2025-01-02", "2025-01-03"}
-    assert store.read(T) == rec
+    store.update(T, add_chunk("2025-01-02", 4))
+    calls = Calls(store)
+    result = store.update(T, add_chunk("2025-01-04", 4))
+    assert fired and result.save.cas_rounds == 2
+    assert calls.count("GetObject", "/tables/") == 1 and calls.count("PutObject") == 2
+    assert {"2025-01-03", "2025-01-04"} <= set(result.record.partitions)
+    assert store.read(T, fresh=True) == result.record
 
 
 def test_primary_deleted_between_read_and_write_is_recovered_and_reapplied(
@@ -549,35 +634,21 @@ def test_primary_deleted_between_read_and_write_is_recovered_and_reapplied(
     def change(rec: WatermarkRecord) -> None:
         if not deleted:
             deleted.append(1)
-            s3_client.delete_object(Bucket=bucket, Key=store.primary_key(T))
+            s3_client.delete_object(Bucket=bucket, Key=primary())
         inner(rec)
 
-    rec = store.update(T, change)  # If-Match on a missing key: 404, handled as a lost race
-    assert set(rec.partitions) == {"2025-01-01", "2025-01-02"}
-    assert store.last_save.cas_rounds == 2
+    result = store.update(T, change)  # If-Match on a missing key: 404, handled as a lost race
+    assert set(result.record.partitions) == {"2025-01-01", "2025-01-02"}
+    assert result.save.cas_rounds == 2
 
 
-def test_put_unconditional_writes_mirrors_and_replaces_an_invalid_primary(store, s3_client, bucket):
-    s3_client.put_object(Bucket=bucket, Key=store.primary_key(T), Body=b"{broken")
-    rec = WatermarkRecord.new(T)
-    rec.manual_timestamp = datetime(2025, 8, 1)
-    store.put_unconditional(rec)
-    assert set(store.last_save.written) == {"primary", "daily", "session"}
-    assert store.read(T).manual_timestamp == datetime(2025, 8, 1)
-    bad = WatermarkRecord.new(T)
-    bad.s3_file_count = 3  # not backed by any manifest
-    before = body_of(s3_client, bucket, store.primary_key(T))
-    with pytest.raises(WatermarkError, match="s3_file_count is 3"):
-        store.put_unconditional(bad)
-    assert body_of(s3_client, bucket, store.primary_key(T)) == before
-
-
-def test_unreachable_primary_is_an_error_not_a_recovery(moto_endpoint, bucket, s3_client):
-    client = no_retry_client(moto_endpoint)
-    store = make_store(client, bucket, attempts=2)
-    store.update(T, add_chunk("2025-01-01", 5))
+def test_unreachable_primary_is_an_error_not_a_recovery(bucket, s3_client):
+    run(make_store(resource(bucket)), T, add_chunk("2025-01-01", 5))
     before = {k: body_of(s3_client, bucket, k) for k in all_keys(s3_client, bucket)}
-    Inject(client, "/watermarks/tables/", op="GetObject", status=503, code="SlowDown", times=None)
+    store = make_store(resource(bucket, retries=1), "run-b")  # has not read the record yet
+    Inject(
+        store.client, "/watermarks/tables/", op="GetObject", status=503, code="SlowDown", times=None
+    )
     with pytest.raises(WatermarkError, match=f"cannot read the watermark of {T}.*SlowDown"):
         store.update(T, add_chunk("2025-01-02", 4))
     assert {k: body_of(s3_client, bucket, k) for k in all_keys(s3_client, bucket)} == before
@@ -587,44 +658,134 @@ def test_unreachable_primary_is_an_error_not_a_recovery(moto_endpoint, bucket, s
 
 
 @pytest.mark.parametrize("fault", ["slowdown", "connection"])
-def test_transient_errors_on_first_two_primary_puts_are_retried(moto_endpoint, bucket, fault):
-    client = no_retry_client(moto_endpoint)  # botocore retries off: our layer must act
-    store = make_store(client, bucket)
+def test_transient_errors_are_retried_by_botocore_alone(bucket, moto_endpoint, fault):
+    store = make_store(resource(bucket))  # S3Resource: standard mode, max_attempts=6
     store.update(T, add_chunk("2025-01-01", 5))
     kw: dict[str, Any] = (
         {"status": 503, "code": "SlowDown"}
         if fault == "slowdown"
         else {"exc": ConnectionClosedError(endpoint_url=moto_endpoint)}
     )
-    inj = Inject(client, "/watermarks/tables/", times=2, **kw)
-    rec = store.update(T, add_chunk("2025-01-02", 4))
-    assert inj.injected == 2 and store.last_save.primary_attempts == 3
-    assert store.read(T) == rec and "2025-01-02" in rec.partitions
+    inj = Inject(store.client, "/watermarks/tables/", times=2, **kw)
+    result = store.update(T, add_chunk("2025-01-02", 4))
+    assert inj.injected == 2 and inj.seen == 3  # one layer: the third request succeeded
+    assert result.save.primary_attempts == 3
+    assert store.read(T) == result.record and "2025-01-02" in result.record.partitions
 
 
-def test_slowdown_absorbed_by_botocore_standard_retries(s3_resource, bucket):
-    client = s3_resource.client()  # S3Resource: standard mode, max_attempts=6
-    store = make_store(client, bucket)
-    inj = Inject(client, "/watermarks/tables/", status=503, code="SlowDown", times=2)
-    rec = store.update(T, add_chunk("2025-01-01", 5))
-    assert inj.injected == 2 and inj.seen == 3
-    assert store.last_save.primary_attempts == 1
-    assert store.read(T) == rec
-
-
-def test_slowdown_forever_fails_and_leaves_everything_unchanged(moto_endpoint, bucket, s3_client):
-    client = no_retry_client(moto_endpoint, attempts=2)
-    store = make_store(client, bucket, attempts=3)
+def test_slowdown_forever_fails_and_leaves_everything_unchanged(bucket, s3_client):
+    store = make_store(resource(bucket, retries=2))
     store.update(T, add_chunk("2025-01-01", 5))
     before = {k: body_of(s3_client, bucket, k) for k in all_keys(s3_client, bucket)}
-    inj = Inject(client, "/watermarks/tables/", status=503, code="SlowDown", times=None)
-    with pytest.raises(WatermarkError, match="after 3 attempts: SlowDown") as err:
+    inj = Inject(store.client, "/watermarks/tables/", status=503, code="SlowDown", times=None)
+    with pytest.raises(WatermarkError, match="SlowDown.*after 3 attempts") as err:
         store.update(T, add_chunk("2025-01-02", 4))
-    assert T in str(err.value)
-    assert inj.injected == 2 * 3  # bounded: botocore attempts x our attempts
+    assert T in str(err.value) and "previous record is unchanged" in str(err.value)
+    assert inj.injected == 3  # bounded by botocore's budget alone: no second retry layer
     after = {k: body_of(s3_client, bucket, k) for k in all_keys(s3_client, bucket)}
     assert after == before  # primary byte-for-byte, and no backup got ahead of it
-    assert "SlowDown" in store.last_save.failed["primary"]
+
+
+# ------------------------------------------------------------ what a run costs in S3
+
+
+class Calls:
+    """Every S3 API call a store's client makes, as (operation, key or prefix); botocore's
+    retries of one call are not counted."""
+
+    def __init__(self, store: WatermarkStore):
+        self.seen: list[tuple[str, str]] = []
+        store.client.meta.events.register("before-parameter-build.s3", self.record)
+
+    def record(self, params: dict[str, Any], model: Any, **_: Any) -> None:
+        self.seen.append((model.name, params.get("Key") or params.get("Prefix") or ""))
+
+    def count(self, op: str, key_part: str = "") -> int:
+        return sum(1 for o, k in self.seen if o == op and key_part in k)
+
+
+def test_updates_of_a_run_cost_one_read_then_one_put_each(s3_resource, s3_client, bucket):
+    run(make_store(s3_resource, "seed"), T, add_chunk("2025-01-01", 1))
+    store = make_store(s3_resource, "run-b")
+    calls = Calls(store)
+    n = 6
+    for hour in range(1, n + 1):
+        result = store.update(T, add_chunk("2025-01-02", hour))
+        assert result.save.cas_rounds == 1
+    assert calls.count("GetObject", "/tables/") == 1  # the first update's read, none after
+    assert calls.count("PutObject", "/tables/") == n
+    assert len(calls.seen) == 1 + n  # no backup, listing, HEAD or read-back
+    assert store.read(T) == result.record  # from memory
+    assert len(calls.seen) == 1 + n
+
+    backups = store.write_backups(T)  # the run's end
+    assert calls.count("PutObject", "/backups/daily/") == 1
+    assert calls.count("PutObject", "/backups/sessions/run-b/") == 1
+    assert len(calls.seen) == 1 + n + 2
+    assert set(backups.written) == {"daily", "session"}
+    for key in (daily(), session_key(T, "run-b")):
+        assert body_of(s3_client, bucket, key) == body_of(s3_client, bucket, primary())
+    stored = WatermarkRecord.from_json(body_of(s3_client, bucket, primary()), table_name=T)
+    assert stored == result.record
+    assert stored.partitions["2025-01-02"].cursor.pk == [n] and stored.s3_file_count == 1 + n
+
+    assert store.read(T, fresh=True) == stored  # forced: one GET
+    assert calls.count("GetObject", "/tables/") == 2
+
+
+def test_a_brand_new_table_is_probed_once_and_backed_up_at_the_end(store, s3_client, bucket):
+    calls = Calls(store)
+    for hour in (1, 2, 3):
+        store.update(T, add_chunk("2025-01-01", hour))
+    # one look for a primary or any copy (there is none), then the three writes
+    assert calls.count("GetObject") == 2  # the primary and today's daily backup
+    assert calls.count("ListObjectsV2") == 2  # daily and session backups
+    assert calls.count("PutObject", "/tables/") == 3 and len(calls.seen) == 7
+    assert not exists(s3_client, bucket, daily())
+    store.write_backups(T)
+    assert body_of(s3_client, bucket, daily()) == body_of(s3_client, bucket, primary())
+    assert body_of(s3_client, bucket, session_key(T)) == body_of(s3_client, bucket, primary())
+
+
+def test_a_concurrent_writer_costs_exactly_one_reread(s3_resource, bucket):
+    a, b = make_store(s3_resource, "run-a"), make_store(s3_resource, "run-b")
+    a.update(T, add_chunk("2025-01-01", 1))
+    a.update(T, add_chunk("2025-01-01", 2))
+    b.update(T, add_chunk("2025-01-02", 5))  # another run writes in between
+    calls = Calls(a)
+    result = a.update(T, add_chunk("2025-01-01", 3))
+    assert result.save.cas_rounds == 2
+    assert calls.count("PutObject", "/tables/") == 2  # 412, then the re-applied change
+    assert calls.count("GetObject", "/tables/") == 1
+    assert len(calls.seen) == 3
+    assert set(result.record.partitions) == {"2025-01-01", "2025-01-02"}
+    assert result.record.partitions["2025-01-01"].cursor.pk == [3]
+    a.update(T, add_chunk("2025-01-01", 4))
+    assert len(calls.seen) == 4  # back to one PUT per update
+
+
+def test_writes_are_verified_by_content_md5_and_etag(store, saved, s3_client, bucket):
+    sent: dict[str, Any] = {}
+
+    def capture(request: Any, **_: Any) -> None:
+        if "/watermarks/tables/" in request.url:
+            sent.update(request.headers)
+
+    store.client.meta.events.register("before-send.s3.PutObject", capture)
+    store.update(T, add_chunk("2025-01-02", 1))
+    body = body_of(s3_client, bucket, primary())
+    assert sent["Content-MD5"] == base64.b64encode(hashlib.md5(body).digest())
+
+    def wrong_etag(parsed: dict[str, Any], **_: Any) -> None:
+        parsed["ETag"] = '"' + "0" * 32 + '"'
+
+    store.client.meta.events.register("after-call.s3.PutObject", wrong_etag)
+    with pytest.raises(WatermarkError, match=f"watermark of {T}: .*not the MD5.*not verified"):
+        store.update(T, add_chunk("2025-01-02", 2))
+    store.client.meta.events.unregister("after-call.s3.PutObject", wrong_etag)
+    calls = Calls(store)
+    store.update(T, add_chunk("2025-01-02", 3))
+    assert calls.count("GetObject", "/tables/") == 1  # an unverified write is not trusted
 
 
 # -------------------------------------------------------------------- validation
@@ -655,7 +816,7 @@ def _valid_json(**changes: Any) -> dict[str, Any]:
     ],
 )
 def test_invalid_records_get_clear_errors(store, s3_client, bucket, raw, expected):
-    s3_client.put_object(Bucket=bucket, Key=store.primary_key(T), Body=json.dumps(raw))
+    s3_client.put_object(Bucket=bucket, Key=primary(), Body=json.dumps(raw))
     with pytest.raises(WatermarkError) as err:
         store.read(T)
     msg = str(err.value)
@@ -686,7 +847,7 @@ def test_record_check_directly():
 
 
 def test_backup_status_reports_every_location(s3_resource, store, saved, s3_client, bucket):
-    make_store(s3_resource.client(), bucket, session="run-b").update(T, add_chunk("2025-01-02", 1))
+    run(make_store(s3_resource, session="run-b"), T, add_chunk("2025-01-02", 1))
     st = store.backup_status(T)
     assert st["healthy"] is True
     assert st["primary"]["present"] and st["primary"]["valid"]
@@ -697,28 +858,25 @@ def test_backup_status_reports_every_location(s3_resource, store, saved, s3_clie
     assert st["session"]["count"] == 2 and st["session"]["current"] is True
     json.dumps(st)  # fit for Dagster metadata
 
-    s3_client.put_object(Bucket=bucket, Key=store.primary_key(T), Body=b"[]")
+    s3_client.put_object(Bucket=bucket, Key=primary(), Body=b"[]")
     st = store.backup_status(T)
     assert st["primary"]["present"] and not st["primary"]["valid"]
     assert "not a JSON object" in st["primary"]["error"]
     assert st["healthy"] is False
-    s3_client.delete_object(Bucket=bucket, Key=store.primary_key(T))
+    s3_client.delete_object(Bucket=bucket, Key=primary())
     assert store.backup_status(T)["primary"]["present"] is False
 
 
 def test_list_tables(s3_resource, store, s3_client, bucket):
-    store.update(T, add_chunk("2025-01-01", 1))
-    store.update("sales.items", add_chunk("2025-01-01", 1))
-    store.update("sales.items_2", add_chunk("2025-01-01", 1))
-    s3_client.delete_object(Bucket=bucket, Key=store.primary_key("sales.items"))
+    for table in (T, "sales.items", "sales.items_2"):
+        run(store, table, add_chunk("2025-01-01", 1))
+    s3_client.delete_object(Bucket=bucket, Key=primary("sales.items"))
     assert store.list_tables() == ["sales.items", "sales.items_2", T]
 
 
 def _three_sessions(s3_resource, bucket, table):
     for i, session in enumerate(("run-1", "run-2", "run-3")):
-        make_store(s3_resource.client(), bucket, session).update(
-            table, add_chunk("2025-01-01", i + 1)
-        )
+        run(make_store(s3_resource, session), table, add_chunk("2025-01-01", i + 1))
 
 
 def test_cleanup_keeps_newest_valid_copy_per_table_even_when_all_are_old(
@@ -727,8 +885,8 @@ def test_cleanup_keeps_newest_valid_copy_per_table_even_when_all_are_old(
     _three_sessions(s3_resource, bucket, T)
     _three_sessions(s3_resource, bucket, "sales.items")
     # the newest copies of T are corrupt: the newest *valid* one must survive
-    s3_client.put_object(Bucket=bucket, Key=store.daily_key(T), Body=b"{")
-    s3_client.put_object(Bucket=bucket, Key=store.session_key(T, "run-3"), Body=b"{")
+    s3_client.put_object(Bucket=bucket, Key=daily(), Body=b"{")
+    s3_client.put_object(Bucket=bucket, Key=session_key(T, "run-3"), Body=b"{")
     primaries = {
         k: body_of(s3_client, bucket, k)
         for k in all_keys(s3_client, bucket)
@@ -738,17 +896,17 @@ def test_cleanup_keeps_newest_valid_copy_per_table_even_when_all_are_old(
     later = datetime.now(UTC) + timedelta(days=30)
     report = store.cleanup_backups(days_to_keep=7, now=later)
     left = all_keys(s3_client, bucket)
-    assert report.kept_newest[T] == store.session_key(T, "run-2")
+    assert report.kept_newest[T] == session_key(T, "run-2")
     # run-3's save wrote its daily and session copies with the same body: either is newest
     assert report.kept_newest["sales.items"] in {
-        store.daily_key("sales.items"),
-        store.session_key("sales.items", "run-3"),
+        daily("sales.items"),
+        session_key("sales.items", "run-3"),
     }
     backups = {k for k in left if "/backups/" in k}
     assert backups == set(report.kept_newest.values())
     assert len(report.deleted) == 8 - 2 and report.failed == {}
     assert {k: body_of(s3_client, bucket, k) for k in primaries} == primaries
-    kept = WatermarkRecord.from_json(body_of(s3_client, bucket, store.session_key(T, "run-2")))
+    kept = WatermarkRecord.from_json(body_of(s3_client, bucket, session_key(T, "run-2")))
     assert kept.last_mysql_data_timestamp == datetime(2025, 1, 1, 2)
 
 
