@@ -6,17 +6,19 @@ partition after partition. Materializing `s3_parquet` alone is the old "backup-o
 `redshift_table` alone is "redshift-only".
 """
 
-import contextlib
 import time
 
 import dagster as dg
 
+from s3rs_assets.checks import build_checks
 from s3rs_assets.config import TableConfig
 from s3rs_assets.errors import ConfigError, SourceSchemaError
 from s3rs_assets.extract import Extractor, backup_partition
-from s3rs_assets.io_manager import BackupOutput, store_for
+from s3rs_assets.io_manager import store_for
+from s3rs_assets.load_stage import build_redshift_asset
 from s3rs_assets.names import (
     IO_MANAGER_KEY,
+    TABLE_METADATA_KEY,
     TABLE_TAG,
     asset_key,
     group_name,
@@ -26,7 +28,7 @@ from s3rs_assets.names import (
 from s3rs_assets.partitions import partitions_def, window
 from s3rs_assets.resources import MySQLResource, S3Resource, SparkResource
 from s3rs_assets.source import describe, safety_bound, source_counts
-from s3rs_assets.watermark import WatermarkRecord
+from s3rs_assets.stage_results import BackupOutput, record_failure
 
 
 class BackupConfig(dg.Config):
@@ -101,7 +103,7 @@ def run_backup(
     except (ConfigError, SourceSchemaError):
         raise
     except Exception as e:
-        _record_failure(store, table.name, "mysql", e)
+        record_failure(store, table.name, "mysql", e)
         raise
     if skipped:
         context.log.warning(f"{table.name}: row limit reached; not read: {', '.join(skipped)}")
@@ -110,21 +112,8 @@ def run_backup(
     )
 
 
-def _record_failure(store, table: str, stage: str, error: Exception) -> None:
-    """Mark the stage failed in the watermark; never let this hide the original error."""
-
-    def mark(rec: WatermarkRecord) -> None:
-        setattr(rec, f"{stage}_status", "failed")
-        rec.last_error = f"{type(error).__name__}: {error}"[:2000]
-
-    with contextlib.suppress(Exception):  # the original error is what the operator needs
-        store.update(table, mark)
-    with contextlib.suppress(Exception):  # backups of the progress made, failed or not
-        store.write_backups(table)
-
-
 def build_table_assets(table: TableConfig) -> list[dg.AssetsDefinition]:
-    """The asset pair of one table."""
+    """The asset pair of one table and their checks."""
     pdef = partitions_def(table)
     tags = {TABLE_TAG: table.name}
 
@@ -137,6 +126,7 @@ def build_table_assets(table: TableConfig) -> list[dg.AssetsDefinition]:
         kinds={"mysql", "spark", "s3", "parquet"},
         pool=pool_name(table),
         op_tags=tags,
+        metadata={TABLE_METADATA_KEY: table.name},
         description=(
             f"MySQL `{table.name}` copied incrementally to S3 parquet, keyed on "
             f"({table.cursor}, primary key), partitioned {table.partition}."
@@ -151,9 +141,7 @@ def build_table_assets(table: TableConfig) -> list[dg.AssetsDefinition]:
     ) -> BackupOutput:
         return run_backup(context, table, mysql, s3, spark, config.limit)
 
-    from s3rs_assets.load_stage import build_redshift_asset
-
-    return [s3_parquet, *build_redshift_asset(table, s3_parquet, pdef)]
+    return [s3_parquet, build_redshift_asset(table, s3_parquet, pdef), *build_checks(table)]
 
 
 def build_sync_job(table: TableConfig) -> "dg.JobDefinition":

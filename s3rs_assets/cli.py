@@ -270,7 +270,12 @@ def _say(ctx: click.Context, level: int, text: str, **fields: Any) -> None:
 def _failed_checks(ctx: click.Context, table: TableConfig, result: Any) -> bool:
     """Report every failed asset check of the run; True when there was one (exit 1): a
     sync whose data does not match MySQL has not succeeded."""
-    bad = [c for c in result.get_asset_check_evaluations() if not c.passed]
+    evaluations = result.get_asset_check_evaluations()
+    for c in evaluations:
+        if not c.passed and c.severity.value != "ERROR":  # a warning: reported, not failed
+            _say(ctx, logging.WARNING, f"warning: {table.name}: check {c.check_name}: "
+                 f"{c.description}", event="check_warning", table=table.name)
+    bad = [c for c in evaluations if not c.passed and c.severity.value == "ERROR"]
     for c in bad:
         counts = {
             k: v.value for k, v in c.metadata.items() if k in ("mysql_rows", "warehouse_rows")

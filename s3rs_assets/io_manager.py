@@ -1,33 +1,39 @@
 """The IO manager between the two stages: watermark -> asset metadata + S3 mirror.
 
-`s3_parquet` returns a `BackupOutput` (what each partition run did); the chunk-level
-checkpoints are already in the watermark store by then, so `handle_output` closes the
-MySQL side of the record (status, extraction time) and turns it into materialization
-metadata, including the whole record as JSON so that the event log is one more place a
-lost watermark can be recovered from. Each stage's `handle_output` is also where its run
-ends for the watermark: it writes the daily and session backups (`write_backups`), which
-checkpoints no longer do. `redshift_table` asks `load_input` for the files of its
-partitions, read from the same record.
+Each stage's asset returns what its run did (`stage_results.BackupOutput` / `LoadOutput`;
+the backup's chunk checkpoints are already in the watermark store by then).
+`handle_output` is where a stage's run ends for the watermark: it closes that stage's side
+of the record compare-and-swap, writes the daily and session backups (`write_backups`,
+which checkpoints do not), and turns the result into per-partition materialization
+metadata, with the record snapshot on the run's last partition (`stage_results`), so the
+event log is one more place a lost watermark can be recovered from. `redshift_table` asks
+`load_input` for the files of its partitions, read from the same record. `store_for` is
+the one way a watermark store is built.
 """
 
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass, field
 from typing import Any
 
 import dagster as dg
 
-from s3rs_assets.extract import PartitionRun
-from s3rs_assets.names import WATERMARK_METADATA_KEY
+from s3rs_assets.names import TABLE_METADATA_KEY
 from s3rs_assets.resources import S3Resource
-from s3rs_assets.source import SafetyBound
-from s3rs_assets.watermark import FileEntry, SourceCounts, WatermarkRecord, iso, utcnow
-from s3rs_assets.watermark_store import (
-    SaveInfo,
-    UpdateResult,
-    WatermarkStore,
-    event_log_fallback,
+from s3rs_assets.stage_results import (
+    BackupOutput,
+    LoadOutput,
+    backup_is_quiet,
+    backup_partition_metadata,
+    backup_quiet,
+    backup_run_metadata,
+    load_is_quiet,
+    load_partition_metadata,
+    load_quiet,
+    load_run_metadata,
+    save_metadata,
 )
+from s3rs_assets.watermark import FileEntry
+from s3rs_assets.watermark_store import WatermarkStore, event_log_fallback
 
 # The stores of the runs this process works for, by (S3 location, run id): the steps of a
 # run (the asset, its IO manager, the failure path) share one store and so one read of
@@ -35,26 +41,6 @@ from s3rs_assets.watermark_store import (
 _RUN_STORES: OrderedDict[tuple[Any, ...], WatermarkStore] = OrderedDict()
 _RUN_STORES_LOCK = threading.Lock()
 RUN_STORES_KEPT = 8
-
-
-@dataclass
-class BackupOutput:
-    table: str
-    runs: list[PartitionRun]
-    bound: SafetyBound
-    anomalies: SourceCounts
-    seconds: float
-    spark_seconds: float = 0.0
-    skipped: list[str] = field(default_factory=list)
-    recovery: dict[str, Any] | None = None  # set when this run restored a lost watermark
-
-
-@dataclass
-class LoadOutput:
-    table: str
-    partitions: dict[str, dict[str, Any]]  # partition -> ledger files/rows and load stats
-    seconds: float
-    metadata: dict[str, Any] = field(default_factory=dict)
 
 
 def store_for(
@@ -87,62 +73,11 @@ def store_for(
     return store
 
 
-def save_metadata(result: UpdateResult, backups: SaveInfo | None = None) -> dict[str, Any]:
-    """Where a save (and its backups) landed, and the recovery its read needed: for the UI."""
-    save = result.save.merged(backups) if backups is not None else result.save
-    md: dict[str, Any] = {"watermark_save": dg.MetadataValue.json(save.as_metadata())}
-    if result.recovery is not None:
-        md["watermark_recovery"] = dg.MetadataValue.json(result.recovery.as_metadata())
-    return md
-
-
-def backup_metadata(out: BackupOutput, record: WatermarkRecord) -> dict[str, Any]:
-    rows = sum(r.rows for r in out.runs)
-    files = [f for r in out.runs for f in r.files]
-    first = next((r.cursor_from for r in out.runs if r.cursor_from), None)
-    last = next((r.cursor_to for r in reversed(out.runs) if r.cursor_to), None)
-    statuses = {r.partition_key: r.status for r in out.runs}
-    per_partition = {
-        r.partition_key: {
-            "status": r.status,
-            "rows": r.rows,
-            "files": len(r.files),
-            "chunks": r.chunks,
-            "cursor_from": str(r.cursor_from) if r.cursor_from else None,
-            "cursor_to": str(r.cursor_to) if r.cursor_to else None,
-            "recomputed": r.recomputed,
-            "partition_rows_total": record.partitions[r.partition_key].rows
-            if r.partition_key in record.partitions
-            else 0,
-        }
-        for r in out.runs
-    }
-    complete = all(s == "complete" for s in statuses.values()) and not out.skipped
-    return {
-        "rows": dg.MetadataValue.int(rows),
-        "files": dg.MetadataValue.int(len(files)),
-        "bytes": dg.MetadataValue.int(sum(f.bytes for f in files)),
-        "cursor_from": dg.MetadataValue.text(str(first) if first else "window start"),
-        "cursor_to": dg.MetadataValue.text(str(last) if last else "-"),
-        "seconds": dg.MetadataValue.float(round(out.seconds, 3)),
-        "spark_startup_seconds": dg.MetadataValue.float(round(out.spark_seconds, 3)),
-        "rows_per_second": dg.MetadataValue.float(
-            round(rows / out.seconds, 1) if out.seconds > 0 else 0.0
-        ),
-        "status": dg.MetadataValue.text("complete" if complete else "partial"),
-        "partitions": dg.MetadataValue.json(per_partition),
-        "skipped_partitions": dg.MetadataValue.json(out.skipped),
-        **{k: dg.MetadataValue.int(v) for k, v in out.anomalies.metadata().items()},
-        "latest_future_cursor": dg.MetadataValue.text(iso(out.anomalies.latest_future) or "-"),
-        "safety_bound": dg.MetadataValue.json(out.bound.metadata()),
-        "written_files": dg.MetadataValue.json([f.key for f in files]),
-        "table_rows_extracted": dg.MetadataValue.int(record.mysql_rows_extracted),
-        "table_s3_file_count": dg.MetadataValue.int(record.s3_file_count),
-        "last_mysql_data_timestamp": dg.MetadataValue.text(
-            iso(record.last_mysql_data_timestamp) or "-"
-        ),
-        WATERMARK_METADATA_KEY: dg.MetadataValue.json(record.model_dump(mode="json")),
-    }
+def _partition_metadata(context: dg.OutputContext, key: str, md: dict[str, Any]) -> None:
+    """Metadata for one partition's materialization event. OutputContext offers only
+    output-wide metadata publicly; the step context's partition-scoped call is what
+    `AssetExecutionContext.add_asset_metadata(partition_key=...)` does for asset bodies."""
+    context.step_context.add_asset_metadata(md, asset_key=context.asset_key, partition_key=key)
 
 
 class S3RSIOManager(dg.ConfigurableIOManager):
@@ -151,38 +86,43 @@ class S3RSIOManager(dg.ConfigurableIOManager):
     s3: S3Resource
 
     def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
-        store = store_for(self.s3, context.run_id, context.step_context.instance)
         if isinstance(obj, BackupOutput):
-
-            def close(rec: WatermarkRecord) -> None:
-                rec.mysql_status = "success"
-                rec.last_mysql_extraction_time = utcnow()
-                rec.last_error = None
-                rec.source_counts = obj.anomalies
-
-            result = store.update(obj.table, close)
-            backups = store.write_backups(obj.table)  # the stage's end: backups catch up
-            md = {**backup_metadata(obj, result.record), **save_metadata(result, backups)}
-            if obj.recovery:
-                md["watermark_recovery"] = dg.MetadataValue.json(obj.recovery)
-            context.add_output_metadata(md)
+            quiet, per_partition = backup_quiet(), {
+                r.partition_key: r for r in obj.runs if not backup_is_quiet(r)
+            }
         elif isinstance(obj, LoadOutput):
-            from s3rs_assets.load_stage import close_load
-
-            record = store.update(obj.table, lambda rec: close_load(rec, obj)).record
-            store.write_backups(obj.table)  # the stage's end: backups catch up
-            context.add_output_metadata(
-                {
-                    **obj.metadata,
-                    WATERMARK_METADATA_KEY: dg.MetadataValue.json(record.model_dump(mode="json")),
-                }
-            )
+            quiet, per_partition = load_quiet(), {
+                k: p for k, p in obj.partitions.items() if not load_is_quiet(p)
+            }
         else:
             raise TypeError(f"s3rs IO manager cannot store {type(obj).__name__}")
+        store = store_for(self.s3, context.run_id, context.step_context.instance)
+        result = store.update(obj.table, obj.close)
+        backups = store.write_backups(obj.table)  # the stage's end: backups catch up
+        record = result.record
+        if isinstance(obj, BackupOutput):
+            shown = {k: backup_partition_metadata(r, record) for k, r in per_partition.items()}
+            run_md = backup_run_metadata(obj, record)
+        else:
+            shown = {k: load_partition_metadata(p) for k, p in per_partition.items()}
+            run_md = load_run_metadata(obj, record)
+        run_md.update(save_metadata(result, backups))
+        keys = list(context.asset_partition_keys) if context.has_asset_partitions else []
+        if not keys:
+            context.add_output_metadata({**quiet, **run_md})
+            return
+        context.add_output_metadata(quiet)  # every partition: "nothing happened here"
+        for key, md in shown.items():
+            if key != keys[-1]:
+                _partition_metadata(context, key, md)
+        _partition_metadata(context, keys[-1], {**shown.get(keys[-1], {}), **run_md})
 
     def load_input(self, context: dg.InputContext) -> dict[str, list[FileEntry]]:
         """Files of the upstream partitions, from the watermark's manifests."""
-        table = ".".join(context.asset_key.path[:2])
+        upstream = context.upstream_output
+        table = upstream.definition_metadata[TABLE_METADATA_KEY] if upstream else None
+        if not table:
+            raise TypeError(f"{context.asset_key} is not an s3rs asset (no {TABLE_METADATA_KEY})")
         record = store_for(self.s3, instance=context.instance).read(table)
         keys = context.asset_partition_keys if context.has_asset_partitions else []
         if record is None:

@@ -20,10 +20,17 @@ STAGES: tuple[Stage, Stage] = ("s3_parquet", "redshift_table")
 IO_MANAGER_KEY = "s3rs_io_manager"
 #: Run tag naming the table a run syncs (CLI and sensor runs; UI launches carry none).
 TABLE_TAG = "s3rs/table"
-#: Materialization metadata entry holding the whole watermark record (a recovery source).
+#: Materialization metadata entry holding the whole watermark record (a recovery source),
+#: on the last partition of each `redshift_table` run.
 WATERMARK_METADATA_KEY = "s3rs/watermark"
+#: The backup side of the record (no load mirror), on the last partition of `s3_parquet` runs.
+WATERMARK_BACKUP_METADATA_KEY = "s3rs/watermark_backup"
+#: Definition metadata of both assets: the configured table ("schema.table").
+TABLE_METADATA_KEY = "s3rs/table"
 #: The asset check on `redshift_table` comparing MySQL and the warehouse.
 CHECK_NAME = "matches_mysql"
+#: The asset check on `s3_parquet` naming partitions the next sync reads again.
+BACKUP_CHECK_NAME = "backup_complete"
 #: Dagster's run tags for a single-run partition range (documented, but not exported as
 #: constants by the public API).
 RANGE_START_TAG = "dagster/asset_partition_range_start"

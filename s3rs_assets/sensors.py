@@ -64,7 +64,14 @@ from s3rs_assets.cursor import after, below, literal, position_token
 from s3rs_assets.errors import ConfigError, S3rsError, SourceSchemaError, WatermarkError
 from s3rs_assets.identifiers import mysql_quote
 from s3rs_assets.io_manager import store_for
-from s3rs_assets.names import TABLE_TAG, asset_key, job_name
+from s3rs_assets.names import (
+    RANGE_END_TAG,
+    RANGE_START_TAG,
+    TABLE_TAG,
+    asset_key,
+    job_name,
+    stage_keys,
+)
 from s3rs_assets.partitions import partitions_def, source_timezone, window
 from s3rs_assets.resources import MySQLResource, S3Resource
 from s3rs_assets.source import SafetyBound, SourceTable, describe, safety_bound, server_now
@@ -75,8 +82,6 @@ WATERMARK_GUARD = "s3rs_watermark_guard"
 STAGE_CHAIN = "s3rs_stage_chain"
 NEW_DATA = "s3rs_new_data"
 
-RANGE_START = "dagster/asset_partition_range_start"
-RANGE_END = "dagster/asset_partition_range_end"
 TRIGGER_TAG = "s3rs/trigger"
 
 # Runs of a table that are queued or running: the new-data sensor waits for them.
@@ -262,7 +267,7 @@ def _partition_request(
         run_key=run_key,
         job_name=job,
         asset_selection=list(assets),
-        tags={**tags, RANGE_START: keys[0], RANGE_END: keys[-1]},
+        tags={**tags, RANGE_START_TAG: keys[0], RANGE_END_TAG: keys[-1]},
     )
 
 
@@ -557,8 +562,17 @@ def find_new_data(
 
 
 def _in_flight(instance: dg.DagsterInstance, cfg: TableConfig) -> dg.DagsterRun | None:
-    runs = instance.get_runs(dg.RunsFilter(tags={TABLE_TAG: cfg.name}, statuses=IN_FLIGHT), limit=1)
-    return runs[0] if runs else None
+    """A queued or running run that materializes either asset of the table, however it was
+    launched (the UI's Materialize button, a backfill, a sensor, the CLI): found by the
+    assets it targets, not by a tag only some launch paths set."""
+    keys = set(stage_keys(cfg))
+    for run in instance.get_runs(dg.RunsFilter(statuses=IN_FLIGHT)):
+        if run.asset_selection is not None:
+            if keys & set(run.asset_selection):
+                return run
+        elif run.job_name == job_name(cfg):
+            return run
+    return None
 
 
 def build_new_data_sensor(

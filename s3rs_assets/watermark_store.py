@@ -60,10 +60,13 @@ import dagster as dg
 from botocore.exceptions import ClientError, HTTPClientError, IncompleteReadError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
-from s3rs_assets.config import TableConfig
 from s3rs_assets.errors import ConfigError, WatermarkConflict, WatermarkError
 from s3rs_assets.layout import Layout, check_session, check_table
-from s3rs_assets.names import WATERMARK_METADATA_KEY, stage_keys
+from s3rs_assets.names import (
+    WATERMARK_BACKUP_METADATA_KEY,
+    WATERMARK_METADATA_KEY,
+    stage_keys,
+)
 from s3rs_assets.watermark import BackupMetadata, WatermarkRecord, iso
 
 log = logging.getLogger("s3rs.watermark")
@@ -123,32 +126,55 @@ def _utc(ts: datetime | None) -> datetime:
 # --------------------------------------------------------------------- event-log source
 
 
+#: The load mirror: what a backup-side snapshot lacks and a whole record holds.
+LOAD_FIELDS = (
+    "last_redshift_load_time",
+    "redshift_rows_loaded",
+    "redshift_status",
+    "processed_s3_files",
+    "loaded_partitions",
+)
+
+
+def _latest_snapshot(
+    instance: dg.DagsterInstance, key: dg.AssetKey, entry_key: str, lookback: int
+) -> tuple[int, dict[str, Any]] | None:
+    """(storage id, record dict) of the newest materialization of `key` carrying
+    `entry_key`, among its last `lookback` materializations."""
+    result = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key), lookback)
+    for rec in result.records:
+        mat = rec.asset_materialization
+        entry = mat.metadata.get(entry_key) if mat is not None else None
+        if entry is not None:
+            value = entry.value
+            return rec.storage_id, json.loads(value) if isinstance(value, str) else dict(value)
+    return None
+
+
 def event_log_watermark(
-    instance: dg.DagsterInstance, table: TableConfig | str, *, lookback: int = 5
+    instance: dg.DagsterInstance, table: str, *, lookback: int = 5
 ) -> str | None:
     """The newest watermark record kept in the event log, as JSON text, or None.
 
-    Every materialization of `s3_parquet` and `redshift_table` carries the whole record in
-    its `s3rs/watermark` metadata (io_manager.py). This returns the one from the latest such
-    materialization of either stage (highest storage id), looking at the last `lookback`
-    materializations of each, so one event without the entry does not hide the others. The
+    A run's last `redshift_table` materialization carries the whole record
+    (`WATERMARK_METADATA_KEY`), its last `s3_parquet` materialization the backup side
+    (`WATERMARK_BACKUP_METADATA_KEY`; older s3rs wrote the whole record there). The newest
+    of them wins; a backup side newer than the newest whole record takes that record's load
+    mirror (the warehouse's ledger stays the truth and the next load mirrors it again). The
     text is not validated here: the watermark store validates every candidate.
     """
-    best: tuple[int, Any] | None = None
-    for key in stage_keys(table):
-        result = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key), lookback)
-        for rec in result.records:
-            mat = rec.asset_materialization
-            entry = mat.metadata.get(WATERMARK_METADATA_KEY) if mat is not None else None
-            if entry is None:
-                continue
-            if best is None or rec.storage_id > best[0]:
-                best = (rec.storage_id, entry.value)
-            break
-    if best is None:
-        return None
-    value = best[1]
-    return value if isinstance(value, str) else json.dumps(value)
+    backup_key, load_key = stage_keys(table)
+    whole = _latest_snapshot(instance, load_key, WATERMARK_METADATA_KEY, lookback)
+    legacy = _latest_snapshot(instance, backup_key, WATERMARK_METADATA_KEY, lookback)
+    side = _latest_snapshot(instance, backup_key, WATERMARK_BACKUP_METADATA_KEY, lookback)
+    if legacy is not None and (whole is None or legacy[0] > whole[0]):
+        whole = legacy
+    if side is None or (whole is not None and whole[0] > side[0]):
+        return None if whole is None else json.dumps(whole[1])
+    record = dict(side[1])
+    if whole is not None:
+        record.update({k: whole[1][k] for k in LOAD_FIELDS if k in whole[1]})
+    return json.dumps(record)
 
 
 def event_log_fallback(instance: dg.DagsterInstance) -> EventLogFallback:

@@ -87,7 +87,10 @@ def backup(cfg: TableConfig, res: dict, *, partition: str | None = None,
     from s3rs_assets.assets import build_table_assets
     from s3rs_assets.names import asset_key
 
-    assets = [a for a in build_table_assets(cfg) if a.key == asset_key(cfg, "s3_parquet")]
+    key = asset_key(cfg, "s3_parquet")
+    # the backup asset and its own check: nothing that needs the warehouse
+    assets = [a for a in build_table_assets(cfg)
+              if a.keys == {key} or {c.asset_key for c in a.check_keys} == {key}]
     tags = {}
     if start is not None:
         tags = {"dagster/asset_partition_range_start": start,
@@ -96,7 +99,7 @@ def backup(cfg: TableConfig, res: dict, *, partition: str | None = None,
     run_config = {"ops": {op: {"config": {"limit": limit}}}} if limit else None
     return dg.materialize(
         assets,
-        selection=[asset_key(cfg, "s3_parquet")],
+        selection=[key],
         resources=res,
         partition_key=partition,
         tags=tags or None,

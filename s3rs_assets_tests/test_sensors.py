@@ -21,13 +21,11 @@ import pytest
 
 from s3rs_assets.cursor import position_token
 from s3rs_assets.io_manager import store_for
-from s3rs_assets.names import TABLE_TAG, asset_key, job_name
+from s3rs_assets.names import RANGE_END_TAG, RANGE_START_TAG, TABLE_TAG, asset_key, job_name
 from s3rs_assets.partitions import partitions_def, window
 from s3rs_assets.resources import MySQLResource, S3Resource
 from s3rs_assets.sensors import (
     NEW_DATA,
-    RANGE_END,
-    RANGE_START,
     STAGE_CHAIN,
     WATERMARK_GUARD,
     build_sensors,
@@ -313,7 +311,7 @@ def test_chain_loads_every_partition_of_a_single_run_backfill(backed_up, mysql_u
     (req,) = tick.run_requests
     assert req.job_name == job_name(cfg)
     assert req.asset_selection == [asset_key(cfg, "redshift_table")]
-    assert (req.tags[RANGE_START], req.tags[RANGE_END]) == ("2025-03-04", "2025-03-05")
+    assert (req.tags[RANGE_START_TAG], req.tags[RANGE_END_TAG]) == ("2025-03-04", "2025-03-05")
     assert req.tags[TABLE_TAG] == cfg.name
     assert req.run_key == f"{cfg.name}:2025-03-04..2025-03-05:{events[-1].storage_id}"
     assert json.loads(tick.cursor) == {cfg.name: events[-1].storage_id}
@@ -403,7 +401,7 @@ def test_new_data_requests_a_range_sync_once_per_change(
     (req,) = tick.run_requests
     assert req.job_name == job_name(cfg)
     assert req.asset_selection == [asset_key(cfg, "s3_parquet"), asset_key(cfg, "redshift_table")]
-    assert (req.tags[RANGE_START], req.tags[RANGE_END]) == ("2025-03-05", "2025-03-06")
+    assert (req.tags[RANGE_START_TAG], req.tags[RANGE_END_TAG]) == ("2025-03-05", "2025-03-06")
     assert req.tags[TABLE_TAG] == cfg.name
     first = position_token(Position(c=cursor.c, pk=[cursor.pk[0] + 1000]))
     newest = position_token(Position(c=day_after, pk=[7000]))
@@ -419,15 +417,30 @@ def test_new_data_requests_a_range_sync_once_per_change(
         newest, position_token(Position(c=day_after, pk=[7001]))
     )
 
-    # while a sync of the table is queued or running, MySQL is not even asked
-    run = instance.add_run(
+    # while a run of the table's assets is queued or running, MySQL is not even asked:
+    # one launched like the UI's Materialize button (asset job, no s3rs tag) ...
+    ui_run = instance.add_run(
         dg.DagsterRun(
-            job_name=job_name(cfg), status=dg.DagsterRunStatus.STARTED, tags={TABLE_TAG: cfg.name}
+            job_name="__ASSET_JOB", status=dg.DagsterRunStatus.QUEUED,
+            asset_selection=frozenset({asset_key(cfg, "redshift_table")}),
         )
     )
     busy = s.tick(NEW_DATA)
     assert not busy.run_requests
+    assert f"{cfg.name}: run {ui_run.run_id[:8]} is QUEUED, not checked" in busy.skip_message
+    # ... and a whole-job run (`dagster job execute` of the sync job)
+    instance.delete_run(ui_run.run_id)
+    run = instance.add_run(
+        dg.DagsterRun(job_name=job_name(cfg), status=dg.DagsterRunStatus.STARTED)
+    )
+    busy = s.tick(NEW_DATA)
     assert f"{cfg.name}: run {run.run_id[:8]} is STARTED, not checked" in busy.skip_message
+    # another table's run does not hold this one back
+    instance.delete_run(run.run_id)
+    instance.add_run(dg.DagsterRun(
+        job_name="__ASSET_JOB", status=dg.DagsterRunStatus.STARTED,
+        asset_selection=frozenset({dg.AssetKey(["other", "table", "s3_parquet"])})))
+    assert s.tick(NEW_DATA).run_requests
 
 
 def test_new_data_ignores_rows_above_the_safety_bound(
@@ -462,7 +475,7 @@ def test_new_data_on_a_never_synced_table_starts_at_its_first_row(
     (req,) = s.tick(NEW_DATA).run_requests
 
     # through the partition of the newest row, the empty 2025-03-06 included
-    assert (req.tags[RANGE_START], req.tags[RANGE_END]) == ("2025-03-05", "2025-03-07")
+    assert (req.tags[RANGE_START_TAG], req.tags[RANGE_END_TAG]) == ("2025-03-05", "2025-03-07")
 
 
 # ------------------------------------------------------------------------------- no Spark

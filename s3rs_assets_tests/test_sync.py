@@ -11,6 +11,7 @@ import pytest
 
 from s3rs_assets import demo_data
 from s3rs_assets.io_manager import store_for
+from s3rs_assets.names import CHECK_NAME
 from s3rs_assets_tests.helpers import resources, sync, table_cfg
 
 END = datetime(2025, 5, 2, 20, 0)
@@ -62,7 +63,7 @@ def _check(conn, pg_url, schema, table):
 
 
 def _check_result(result):
-    (check,) = result.get_asset_check_evaluations()
+    (check,) = [c for c in result.get_asset_check_evaluations() if c.check_name == CHECK_NAME]
     return check
 
 
@@ -148,3 +149,53 @@ def test_new_column_arrives_and_incompatible_change_stops_only_that_table(
     assert store_for(s3_resource).read(cfg.name).redshift_status == "failed"
     # ... while another table keeps syncing
     assert sync(other, res, partition=DAYS[1]).success
+
+
+def test_each_partition_shows_its_own_figures_and_the_checks_run_alone(
+        demo, mysql_db, mysql_url, pg_url, s3_resource, spark_resource):
+    """A range run records one materialization per partition with that partition's own
+    rows; the run summary and the record snapshot sit on the last partition only; each
+    check can be executed without materializing anything."""
+    from s3rs_assets.assets import build_table_assets
+    from s3rs_assets.names import (
+        BACKUP_CHECK_NAME,
+        WATERMARK_BACKUP_METADATA_KEY,
+        WATERMARK_METADATA_KEY,
+        asset_key,
+    )
+
+    cfg = table_cfg(mysql_db, "sync_demo", chunk_rows=1500, target="dw_parts.sync_demo")
+    res = resources(mysql_url, s3_resource, spark_resource, pg_url)
+    with dg.instance_for_test() as instance:
+        result = sync(cfg, res, start=DAYS[0], end=DAYS[1], instance=instance)
+        backups = {e.partition: e.materialization.metadata
+                   for e in result.get_asset_materialization_events()
+                   if e.asset_key == asset_key(cfg, "s3_parquet")}
+        loads = {e.partition: e.materialization.metadata
+                 for e in result.get_asset_materialization_events()
+                 if e.asset_key == asset_key(cfg, "redshift_table")}
+        rec = store_for(s3_resource).read(cfg.name, fresh=True)
+        for day in DAYS:
+            assert backups[day]["rows"].value == rec.partitions[day].rows > 0
+            assert loads[day]["ledger_rows"].value == rec.loaded_partitions[day].rows
+        assert sum(md["rows"].value for md in backups.values()) == 4000
+        assert backups[DAYS[1]]["run_rows"].value == 4000
+        assert "run_rows" not in backups[DAYS[0]]
+        assert WATERMARK_BACKUP_METADATA_KEY in backups[DAYS[1]]
+        assert WATERMARK_BACKUP_METADATA_KEY not in backups[DAYS[0]]
+        snapshot = backups[DAYS[1]][WATERMARK_BACKUP_METADATA_KEY].value
+        assert "redshift_status" not in snapshot and "loaded_partitions" not in snapshot
+        assert loads[DAYS[1]][WATERMARK_METADATA_KEY].value["redshift_status"] == "success"
+
+        # the checks alone, from the same definitions, without a materialization
+        everything = build_table_assets(cfg)
+        for check in (CHECK_NAME, BACKUP_CHECK_NAME):
+            stage = "redshift_table" if check == CHECK_NAME else "s3_parquet"
+            alone = dg.materialize(
+                everything, resources=res, instance=instance,
+                selection=dg.AssetSelection.checks(dg.AssetCheckKey(asset_key(cfg, stage), check)),
+            )
+            assert not alone.get_asset_materialization_events()
+            (evaluation,) = alone.get_asset_check_evaluations()
+            assert evaluation.passed, evaluation.description
+            assert evaluation.metadata["partitions_checked"].value == 2

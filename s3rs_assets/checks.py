@@ -1,0 +1,141 @@
+"""The asset checks of a table, each its own step so it can be executed alone from the UI.
+
+* `matches_mysql` on `redshift_table`: row count and a checksum of (primary key, cursor)
+  per partition window, computed in MySQL and in the warehouse (`verify.verify_table`, the
+  same comparison as `s3rs verify`), over what the backup claims to have copied
+  (`synced_windows`). ERROR when anything differs: `s3rs sync` then exits 1.
+* `backup_complete` on `s3_parquet`: which partitions are partial, i.e. read again from
+  their cursor by the next sync. The open window (the current partition, or any partition
+  still above the safety bound) is partial by nature and only listed; an older partial
+  partition is a WARN (a run stopped early, a `--limit`, a `watermark set`).
+
+In a sync run the checks cover the run's partitions; executed alone they cover every
+partition the watermark knows.
+"""
+
+from datetime import datetime
+
+import dagster as dg
+
+from s3rs_assets.config import TableConfig
+from s3rs_assets.io_manager import store_for
+from s3rs_assets.load_stage import load_target
+from s3rs_assets.names import BACKUP_CHECK_NAME, CHECK_NAME, asset_key, pool_name
+from s3rs_assets.partitions import partitions_def, window
+from s3rs_assets.resources import MySQLResource, S3Resource
+from s3rs_assets.verify import verify_table
+from s3rs_assets.warehouse import WarehouseResource
+from s3rs_assets.watermark import WatermarkRecord
+
+
+def synced_windows(
+    pdef: dg.TimeWindowPartitionsDefinition, keys: list[str], record: WatermarkRecord | None
+) -> list[tuple[str, datetime, datetime]]:
+    """What the backup claims to have copied, per partition: a complete partition's whole
+    window; a partial one's window up to its cursor's timestamp, exclusive. Rows after the
+    cursor (above the safety bound, past a --limit) are the next sync's work, not a
+    mismatch; rows sharing the cursor's timestamp are compared once the partition moves
+    on (comparing them by key would depend on each database's collation)."""
+    out = []
+    for key in keys:
+        start, end = window(pdef, key)
+        state = record.partitions.get(key) if record else None
+        if state is None:
+            continue
+        if state.status != "complete":
+            end = min(end, state.cursor.c) if state.cursor is not None else start
+        if start < end:
+            out.append((key, start, end))
+    return out
+
+
+def _scope(
+    context: dg.AssetCheckExecutionContext,
+    pdef: dg.TimeWindowPartitionsDefinition,
+    record: WatermarkRecord | None,
+) -> list[str]:
+    """The run's partitions, or every partition the record knows when run alone."""
+    if context.has_partition_key_range:
+        return list(pdef.get_partition_keys_in_range(context.partition_key_range))
+    if context.has_partition_key:
+        return [context.partition_key]
+    known = record.partitions if record else {}
+    return sorted(known, key=lambda k: known[k].window_start)
+
+
+def build_checks(table: TableConfig) -> list[dg.AssetChecksDefinition]:
+    pdef = partitions_def(table)
+
+    @dg.asset_check(
+        asset=asset_key(table, "redshift_table"),
+        name=CHECK_NAME,
+        pool=pool_name(table),  # never beside a load of the same table: no false mismatch
+        description=(
+            f"`{table.name}`: row count and (primary key, cursor) checksum per partition equal "
+            "MySQL's, over what the backup copied (a partial partition up to its cursor)."
+        ),
+    )
+    def matches_mysql(
+        context: dg.AssetCheckExecutionContext,
+        mysql: MySQLResource,
+        s3: S3Resource,
+        warehouse: WarehouseResource,
+    ) -> dg.AssetCheckResult:
+        record = store_for(s3, context.run.run_id, context.instance).read(table.name)
+        windows = synced_windows(pdef, _scope(context, pdef, record), record)
+        target = load_target(table, mysql)
+        with mysql.connect() as conn:
+            checks = verify_table(conn, warehouse, target, table, windows)
+        bad = [c for c in checks if not c.ok]
+        return dg.AssetCheckResult(
+            passed=not bad,
+            severity=dg.AssetCheckSeverity.ERROR,
+            description="; ".join(c.describe() for c in bad)
+            or f"{len(checks)} partition(s) match",
+            metadata={
+                "partitions_checked": len(checks),
+                "mismatches": dg.MetadataValue.json([c.describe() for c in bad]),
+                "mysql_rows": sum(c.mysql_rows for c in checks),
+                "warehouse_rows": sum(c.warehouse_rows for c in checks),
+            },
+        )
+
+    @dg.asset_check(
+        asset=asset_key(table, "s3_parquet"),
+        name=BACKUP_CHECK_NAME,
+        pool=pool_name(table),
+        description=(
+            f"`{table.name}`: partitions the next sync reads again from their cursor. The open "
+            "window is listed; an older partial partition is a warning."
+        ),
+    )
+    def backup_complete(
+        context: dg.AssetCheckExecutionContext, s3: S3Resource
+    ) -> dg.AssetCheckResult:
+        record = store_for(s3, context.run.run_id, context.instance).read(table.name)
+        keys = _scope(context, pdef, record)
+        states = record.partitions if record else {}
+        partial = [k for k in keys if k in states and states[k].status != "complete"]
+        bound = record.source_counts.upper_bound if record and record.source_counts else None
+        open_ = [k for k in partial if bound is None or window(pdef, k)[1] > bound]
+        stuck = [k for k in partial if k not in open_]
+        parts = []
+        if open_:
+            parts.append(f"open (read on by the next sync): {', '.join(open_)}")
+        if stuck:
+            parts.append(f"PARTIAL below the safety bound: {', '.join(stuck)}")
+        return dg.AssetCheckResult(
+            passed=not stuck,
+            severity=dg.AssetCheckSeverity.WARN,
+            description="; ".join(parts) or f"{len(keys)} partition(s) complete",
+            metadata={
+                "partitions_checked": len(keys),
+                "open_partitions": dg.MetadataValue.json(open_),
+                "partial_partitions": dg.MetadataValue.json(stuck),
+                "cursors": dg.MetadataValue.json(
+                    {k: str(states[k].cursor) for k in partial if states[k].cursor}
+                ),
+            },
+        )
+
+    return [matches_mysql, backup_complete]
