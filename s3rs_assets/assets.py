@@ -10,10 +10,11 @@ import time
 
 import dagster as dg
 
+from s3rs_assets.backup import BackupRun
 from s3rs_assets.checks import build_checks
 from s3rs_assets.config import TableConfig
 from s3rs_assets.errors import ConfigError, SourceSchemaError
-from s3rs_assets.extract import Extractor, backup_partition
+from s3rs_assets.extract import Extractor
 from s3rs_assets.io_manager import store_for
 from s3rs_assets.load_stage import build_redshift_asset
 from s3rs_assets.names import (
@@ -48,67 +49,83 @@ def run_backup(
     t0 = time.monotonic()
     pdef = partitions_def(table)
     keys = context.partition_keys
-    # Validate everything before the first write or the first JVM: bad input changes nothing.
+    # One MySQL connection for the whole run. Everything is validated before the first
+    # write or the first JVM: bad input changes nothing.
     with mysql.connect() as conn:
         src = describe(conn, table)
         bound = safety_bound(conn, table.lag)
         found = source_counts(conn, src, window(pdef, pdef.get_first_partition_key())[0], bound)
-    if not src.cursor_indexed:
-        context.log.warning(
-            f"{table.name}: cursor column {src.cursor} has no index; chunk planning scans the table"
+        if not src.cursor_indexed:
+            context.log.warning(
+                f"{table.name}: cursor column {src.cursor} has no index; chunk planning scans "
+                "the table"
+            )
+        if bound.note:
+            context.log.info(f"{table.name}: safety bound {bound.upper} ({bound.note})")
+        for line in found.warnings(table.name):
+            context.log.warning(line)
+        store = store_for(s3, context.run_id, context.instance)
+        # Validate (and if lost, recover) the watermark before Spark starts or anything is read.
+        report = store.recover(table.name, now=bound.server_now)
+        recovery = report.as_metadata() if report.recovered else None
+        if recovery:
+            context.log.warning(
+                f"{table.name}: watermark was lost or invalid and restored: {recovery}"
+            )
+        t_spark = time.monotonic()
+        session = spark.session()
+        spark_seconds = time.monotonic() - t_spark
+        ex = Extractor(
+            spark=session,
+            mysql=mysql,
+            s3=s3,
+            src=src,
+            table_name=table.name,
+            reader=table.reader,
+            parallelism=table.parallelism,
         )
-    if bound.note:
-        context.log.info(f"{table.name}: safety bound {bound.upper} ({bound.note})")
-    for line in found.warnings(table.name):
-        context.log.warning(line)
-    store = store_for(s3, context.run_id, context.instance)
-    # Validate (and if lost, recover) the watermark before Spark starts or anything is read.
-    report = store.recover(table.name, now=bound.server_now)
-    recovery = report.as_metadata() if report.recovered else None
-    if recovery:
-        context.log.warning(f"{table.name}: watermark was lost or invalid and restored: {recovery}")
-    t_spark = time.monotonic()
-    session = spark.session()
-    spark_seconds = time.monotonic() - t_spark
-    ex = Extractor(
-        spark=session, mysql=mysql, s3=s3, src=src, table_name=table.name, reader=table.reader
+        backup = BackupRun(
+            ex,
+            store,
+            conn,
+            windows=[(k, *window(pdef, k)) for k in keys],
+            upper=bound.upper,
+            chunk_rows=table.chunk_rows,
+            run_id=context.run_id,
+            row_budget=limit,
+            source_now=bound.server_now,
+            log=context.log.info,
+        )
+        try:
+            runs = backup.run()
+        except (ConfigError, SourceSchemaError):
+            raise
+        except Exception as e:
+            record_failure(store, table.name, "mysql", e)
+            raise
+    active = [r for r in runs if r.rows or r.status != "complete" or r.recomputed]
+    for r in active:
+        context.log.info(
+            f"{table.name} {r.partition_key}: {r.status}, {r.rows} rows in {len(r.files)} "
+            f"files, cursor {r.cursor_to}"
+        )
+    context.log.info(
+        f"{table.name}: {len(runs)} partition(s), {len(runs) - len(active)} complete and "
+        f"empty, {backup.batches} checkpoint write(s)"
     )
-    runs, skipped = [], []
-    remaining = limit
-    try:
-        for key in keys:
-            if remaining is not None and remaining <= 0:
-                skipped.append(key)
-                continue
-            run = backup_partition(
-                ex,
-                store,
-                partition_key=key,
-                window=window(pdef, key),
-                upper=bound.upper,
-                chunk_rows=table.chunk_rows,
-                parallelism=table.parallelism,
-                run_id=context.run_id,
-                row_budget=remaining,
-                source_now=bound.server_now,
-                log=context.log.info,
-            )
-            runs.append(run)
-            if remaining is not None:
-                remaining -= run.rows
-            context.log.info(
-                f"{table.name} {key}: {run.status}, {run.rows} rows in {len(run.files)} files, "
-                f"cursor {run.cursor_to}"
-            )
-    except (ConfigError, SourceSchemaError):
-        raise
-    except Exception as e:
-        record_failure(store, table.name, "mysql", e)
-        raise
-    if skipped:
-        context.log.warning(f"{table.name}: row limit reached; not read: {', '.join(skipped)}")
+    if backup.skipped:
+        context.log.warning(
+            f"{table.name}: row limit reached; not read: {', '.join(backup.skipped)}"
+        )
     return BackupOutput(
-        table.name, runs, bound, found, time.monotonic() - t0, spark_seconds, skipped, recovery
+        table.name,
+        runs,
+        bound,
+        found,
+        time.monotonic() - t0,
+        spark_seconds,
+        backup.skipped,
+        recovery,
     )
 
 

@@ -22,6 +22,7 @@ from s3rs_assets.times import parse_duration
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_TABLES_FILE = REPO_ROOT / "tables.yaml"
 
+PARTITION_SIZES = ("hourly", "daily", "weekly", "monthly")
 _KNOWN_KEYS = {
     "name",
     "cursor",
@@ -58,7 +59,7 @@ class TableConfig:
     cursor: str = "update_at"
     primary_key: tuple[str, ...] | None = None
     start: datetime = datetime(2025, 1, 1)
-    partition: Literal["daily", "hourly"] = "daily"
+    partition: Literal["hourly", "daily", "weekly", "monthly"] = "daily"
     chunk_rows: int = 100_000
     lag: timedelta = timedelta(minutes=5)
     target: str = ""
@@ -109,9 +110,10 @@ class TableConfig:
                 raise ConfigError(f"table {name}: primary_key must be a list of column names")
             pk = tuple(check_identifier(c, f"table {name}: primary key column") for c in pk)
         partition = raw.get("partition", "daily")
-        if partition not in ("daily", "hourly"):
+        if partition not in PARTITION_SIZES:
             raise ConfigError(
-                f"table {name}: partition must be 'daily' or 'hourly', not {partition!r}"
+                f"table {name}: partition must be one of {', '.join(PARTITION_SIZES)}, "
+                f"not {partition!r}"
             )
         chunk_rows = raw.get("chunk_rows", 100_000)
         if not isinstance(chunk_rows, int) or isinstance(chunk_rows, bool) or chunk_rows < 1:

@@ -1,22 +1,12 @@
-"""Stage 1: MySQL -> S3 parquet, read and written by Spark.
+"""Stage 1's Spark side: read sub-ranges of the (cursor, pk) keyset and write parquet to S3.
 
-Per partition window [start, end) and per run:
-
-1. The safety bound `upper` is taken once, on the MySQL clock, before any chunk is planned
-   (source.safety_bound); nothing at or above it is read this run.
-2. The next chunk is planned from the partition's cursor with an index-only query: its end
-   is the (c, pk) of its N-th row, and the seams split it into `parallelism` disjoint
-   sub-ranges (source.plan_chunk).
-3. Spark reads the sub-ranges over JDBC, one predicate per task, and each task writes its
-   rows as one parquet object straight to S3 (pyarrow + boto3, Content-MD5 checked by S3),
-   under a key that depends only on (table, partition, sub-range start): a re-read chunk
-   overwrites its own files instead of adding new ones.
-4. The driver checks every object (size and ETag == MD5 of what the task wrote) and only
-   then moves the partition's cursor to the chunk's end, compare-and-swap (checkpoint).
-
-A crash anywhere loses at most the chunk in flight, which the next run re-reads. A
-partition is `complete` once it has been read up to its window end and the bound was past
-that end; re-materializing a complete partition reads its window again (a backfill).
+`Extractor.read(items)` runs one Spark job for a batch of items (sub-ranges of one or more
+partitions, planned by `backup.py`). Each item is read by a Spark task (connectorx inside
+the task, or Spark's JDBC source with one predicate per item) and written as one parquet
+object straight to S3 (pyarrow + boto3, Content-MD5 checked by S3), under a key that
+depends only on (table, partition, sub-range start): a re-read item overwrites its own
+object instead of adding a new one. The driver then checks every object (size and ETag ==
+MD5 of what the task wrote) before the caller may checkpoint past it.
 """
 
 from __future__ import annotations
@@ -24,19 +14,18 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
-import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
-from datetime import datetime
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
 
-from s3rs_assets.cursor import ChunkPlan, position_token
-from s3rs_assets.errors import ConfigError, IntegrityError, WatermarkConflict
-from s3rs_assets.source import SourceTable, plan_chunk
+from s3rs_assets.cursor import SubRange, position_token
+from s3rs_assets.errors import ConfigError, IntegrityError
+from s3rs_assets.source import SourceTable
 from s3rs_assets.types import arrow_schema
-from s3rs_assets.watermark import FileEntry, PartitionState, Position, WatermarkRecord, utcnow
+from s3rs_assets.watermark import FileEntry, Position
 
 MANIFEST_SCHEMA = pa.schema(
     [
@@ -154,16 +143,17 @@ def connectorx_task(
     return run
 
 
-@dataclass
-class ChunkResult:
-    plan: ChunkPlan
-    files: list[FileEntry]
-    rows_read: int
-    seconds: float
+@dataclass(frozen=True)
+class Item:
+    """One sub-range of one partition: read by one Spark task (or part of one), written as
+    one object under that partition's prefix."""
+
+    partition_key: str
+    rows: SubRange
 
 
 class Extractor:
-    """Reads chunks of one table with Spark and writes them to S3."""
+    """Reads batches of sub-ranges of one table with Spark and writes them to S3."""
 
     def __init__(
         self,
@@ -174,6 +164,7 @@ class Extractor:
         src: SourceTable,
         table_name: str,
         reader: str = "connectorx",
+        parallelism: int = 2,
     ):
         if reader not in READERS:
             raise ConfigError(f"unknown reader {reader!r}: use one of {', '.join(READERS)}")
@@ -183,25 +174,25 @@ class Extractor:
         self.s3 = s3
         self.src = src
         self.table_name = table_name
+        self.parallelism = parallelism
         self.schema = arrow_schema(src.columns)
 
-    def data_prefix(self, partition_key: str) -> str:
-        return self.s3.key("data", self.src.schema, self.src.table, partition_key)
-
     def object_key(self, partition_key: str, start: Position) -> str:
-        return f"{self.data_prefix(partition_key)}/part-{position_token(start)}.parquet"
+        return self.s3.layout.data_object(
+            self.src.schema, self.src.table, partition_key, position_token(start)
+        )
 
-    def read_chunk(self, plan: ChunkPlan, partition_key: str) -> ChunkResult:
-        t0 = time.monotonic()
+    def read(self, items: list[Item]) -> list[FileEntry | None]:
+        """One Spark job for every item; returns each item's verified file (None when the
+        item held no row any more: it changed between planning and reading)."""
         keys = self.src.keys
-        predicates = [r.predicate(keys) for r in plan.ranges]
-        object_keys = tuple(self.object_key(partition_key, r.start) for r in plan.ranges)
+        predicates = [i.rows.predicate(keys) for i in items]
         spec = WriteSpec(
             bucket=self.s3.bucket,
             schema_ipc=self.schema.serialize().to_pybytes(),
             cursor=self.src.cursor,
             s3=self.s3.task_config(),
-            keys=object_keys,
+            keys=tuple(self.object_key(i.partition_key, i.rows.start) for i in items),
         )
         if self.reader == "connectorx":
             spec = replace(
@@ -213,8 +204,10 @@ class Extractor:
                     f"FROM {self.src.qualified} WHERE "
                 ),
             )
-            # spark.range, like the warm-up job, so the warmed Python workers are reused
-            ranges = self.spark.range(0, len(predicates), 1, len(predicates))
+            # spark.range, like the warm-up job, so the warmed Python workers are reused; a
+            # task reads several small items with one S3 client when there are many
+            slices = max(1, min(len(items), self.parallelism))
+            ranges = self.spark.range(0, len(items), 1, slices)
             manifest = ranges.mapInArrow(connectorx_task(spec), _spark_manifest_schema()).collect()
         else:
             props = dict(self.mysql.jdbc_properties())
@@ -224,8 +217,9 @@ class Extractor:
                 self.mysql.jdbc_url(), subquery, predicates=predicates, properties=props
             )
             manifest = df.mapInArrow(jdbc_task(spec), _spark_manifest_schema()).collect()
-        files = [
-            FileEntry(
+        files: list[FileEntry | None] = [None] * len(items)
+        for r in manifest:
+            files[r["part"]] = FileEntry(
                 key=r["key"],
                 rows=r["rows"],
                 bytes=r["bytes"],
@@ -233,23 +227,28 @@ class Extractor:
                 cursor_min=r["cursor_min"],
                 cursor_max=r["cursor_max"],
             )
-            for r in sorted(manifest, key=lambda r: r["part"])
-        ]
-        self.verify(files)
-        rows = sum(f.rows for f in files)
-        return ChunkResult(plan, files, rows, time.monotonic() - t0)
+        self.verify([f for f in files if f is not None])
+        return files
 
     def verify(self, files: list[FileEntry]) -> None:
         """Independent check from the driver: each object is there with the size and MD5
-        its task reported, before the cursor may move past it."""
+        its task reported, before the cursor may move past it (HEADs in parallel)."""
         client = self.s3.client()
-        for f in files:
+
+        def check(f: FileEntry) -> None:
             head = client.head_object(Bucket=self.s3.bucket, Key=f.key)
             if head["ContentLength"] != f.bytes or head["ETag"].strip('"') != f.md5:
                 raise IntegrityError(
                     f"{f.key}: S3 has {head['ContentLength']} bytes / ETag {head['ETag']}, "
                     f"the task wrote {f.bytes} bytes / MD5 {f.md5}"
                 )
+
+        if len(files) <= 1:
+            for f in files:
+                check(f)
+            return
+        with ThreadPoolExecutor(max_workers=min(8, len(files))) as pool:
+            list(pool.map(check, files))
 
 
 def _spark_manifest_schema() -> Any:
@@ -273,156 +272,3 @@ def _spark_manifest_schema() -> Any:
             StructField("cursor_max", TimestampNTZType()),
         ]
     )
-
-
-@dataclass
-class PartitionRun:
-    """What one run did to one partition."""
-
-    partition_key: str
-    window_start: datetime
-    window_end: datetime
-    cursor_from: Position | None
-    cursor_to: Position | None = None
-    status: str = "partial"
-    rows: int = 0
-    files: list[FileEntry] = field(default_factory=list)
-    chunks: int = 0
-    seconds: float = 0.0
-    recomputed: bool = False
-    plan_seconds: float = 0.0
-    read_seconds: float = 0.0
-    checkpoint_seconds: float = 0.0
-
-
-def backup_partition(
-    ex: Extractor,
-    store: Any,
-    *,
-    partition_key: str,
-    window: tuple[datetime, datetime],
-    upper: datetime,
-    chunk_rows: int,
-    parallelism: int,
-    run_id: str | None,
-    row_budget: int | None = None,
-    source_now: datetime | None = None,
-    log: Callable[[str], None] = lambda _m: None,
-) -> PartitionRun:
-    """Read one partition window from its cursor up to min(window end, upper)."""
-    t0 = time.monotonic()
-    start, end = window
-    table = ex.table_name
-    # reading validates the record against the source clock and recovers a lost primary
-    record = store.read(table, now=source_now) or WatermarkRecord.new(table)
-    prior = record.partitions.get(partition_key)
-    recompute = prior is not None and prior.status == "complete"
-    seen = _signature(prior)
-    resume = prior is not None and not recompute and prior.cursor is not None
-    pos = prior.cursor if resume else Position(c=start, pk=None)
-    run = PartitionRun(
-        partition_key, start, end, prior.cursor if prior else None, recomputed=recompute
-    )
-    hi = min(end, upper)
-    first_write = True
-    with ex.mysql.connect() as conn:
-        while True:
-            n = chunk_rows if row_budget is None else min(chunk_rows, row_budget - run.rows)
-            if n <= 0:
-                break
-            t_plan = time.monotonic()
-            plan = plan_chunk(conn, ex.src, pos, hi, n, parallelism)
-            run.plan_seconds += time.monotonic() - t_plan
-            if plan is None:
-                break
-            result = ex.read_chunk(plan, partition_key)
-            run.read_seconds += result.seconds
-            if result.rows_read != plan.rows:
-                log(
-                    f"{table} {partition_key}: chunk planned {plan.rows} rows, read "
-                    f"{result.rows_read} (rows changed while reading; they are picked up by "
-                    "their new cursor value)"
-                )
-            reset = first_write and (recompute or prior is None)
-
-            def change(
-                rec: WatermarkRecord,
-                plan: ChunkPlan = plan,
-                res: ChunkResult = result,
-                reset: bool = reset,
-                seen: tuple = seen,
-            ) -> None:
-                cur = rec.partitions.get(partition_key)
-                if _signature(cur) != seen and _signature(cur) != (plan.end.key(), "partial"):
-                    raise WatermarkConflict(
-                        f"{table} partition {partition_key} was changed by another run "
-                        f"(cursor now {cur.cursor if cur else None}); stopping without "
-                        "overwriting its progress"
-                    )
-                if reset or cur is None:
-                    cur = PartitionState(
-                        window_start=start,
-                        window_end=end,
-                        recomputes=(prior.recomputes + 1) if recompute else 0,
-                    )
-                names = {f.key for f in res.files}
-                cur.files = [f for f in cur.files if f.key not in names] + res.files
-                cur.cursor = plan.end
-                cur.status = "partial"
-                cur.run_id = run_id
-                cur.updated_at = utcnow()
-                rec.partitions[partition_key] = cur
-
-            t_ckpt = time.monotonic()
-            store.update(table, change)
-            run.checkpoint_seconds += time.monotonic() - t_ckpt
-            seen = (plan.end.key(), "partial")
-            first_write = False
-            pos = plan.end
-            run.rows += result.rows_read
-            run.files.extend(result.files)
-            run.chunks += 1
-            log(
-                f"{table} {partition_key}: chunk {run.chunks} {result.rows_read} rows in "
-                f"{result.seconds:.1f}s (plan {run.plan_seconds:.2f}s, checkpoint "
-                f"{run.checkpoint_seconds:.2f}s so far), cursor -> {plan.end}"
-            )
-            if plan.rows < n:
-                break
-    exhausted = row_budget is None or run.rows < row_budget
-    status = "complete" if exhausted and upper >= end else "partial"
-
-    def close(rec: WatermarkRecord) -> None:
-        cur = rec.partitions.get(partition_key)
-        # Another run that reached the same end and closed the partition the same way is
-        # compatible (it merged); anything else is progress we must not overwrite.
-        if _signature(cur) not in (seen, (seen[0], status)):
-            raise WatermarkConflict(
-                f"{table} partition {partition_key} was changed by another run "
-                f"(cursor now {cur.cursor if cur else None}); not closing it"
-            )
-        if cur is None or (first_write and recompute):
-            cur = PartitionState(
-                window_start=start,
-                window_end=end,
-                recomputes=(prior.recomputes + 1) if recompute else 0,
-            )
-            if recompute and first_write:
-                cur.cursor = None
-        cur.status = status
-        cur.run_id = run_id
-        cur.updated_at = utcnow()
-        rec.partitions[partition_key] = cur
-
-    final = store.update(table, close).record.partitions[partition_key]
-    run.status = final.status
-    run.cursor_to = final.cursor
-    run.seconds = time.monotonic() - t0
-    return run
-
-
-def _signature(state: PartitionState | None) -> tuple:
-    """What identifies a partition's progress for compare-and-swap merging."""
-    if state is None:
-        return (None, None)
-    return (state.cursor.key() if state.cursor else None, state.status)

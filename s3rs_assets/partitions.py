@@ -1,15 +1,20 @@
-"""Partitions: time windows of each table's cursor column, the current open window included."""
+"""Partitions: time windows of each table's cursor column, the current open window included.
+
+`partition:` in tables.yaml picks Dagster's own definition: hourly, daily, weekly (weeks
+start on Monday) or monthly. The first window starts at or before `start`, aligned to the
+size, so no row after `start` falls outside every partition.
+"""
 
 from __future__ import annotations
 
+import functools
 import os
-from datetime import datetime
+from datetime import datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import dagster as dg
 
 from s3rs_assets.config import TableConfig
-
-FMT = {"daily": "%Y-%m-%d", "hourly": "%Y-%m-%d-%H:%M"}
 
 
 def source_timezone() -> str:
@@ -17,20 +22,53 @@ def source_timezone() -> str:
     return os.environ.get("S3RS_SOURCE_TIMEZONE", "UTC")
 
 
-def partitions_def(table: TableConfig) -> dg.TimeWindowPartitionsDefinition:
-    # end_offset=1 adds the window that is still open, so today's rows are synced today.
-    tz = source_timezone()
+def first_window_start(table: TableConfig) -> datetime:
+    """`start` rounded down to the partition size."""
+    s = table.start
     if table.partition == "hourly":
-        start = table.start.replace(minute=0, second=0, microsecond=0)
+        return s.replace(minute=0, second=0, microsecond=0)
+    day = s.replace(hour=0, minute=0, second=0, microsecond=0)
+    if table.partition == "weekly":
+        return day - timedelta(days=day.weekday())
+    if table.partition == "monthly":
+        return day.replace(day=1)
+    return day
+
+
+@functools.lru_cache(maxsize=256)
+def _cached(table: TableConfig, tz: str) -> dg.TimeWindowPartitionsDefinition:
+    start = first_window_start(table)
+    # end_offset=1 adds the window that is still open, so today's rows are synced today.
+    if table.partition == "hourly":
         return dg.HourlyPartitionsDefinition(start_date=start, end_offset=1, timezone=tz)
-    start = table.start.replace(hour=0, minute=0, second=0, microsecond=0)
+    if table.partition == "weekly":
+        return dg.WeeklyPartitionsDefinition(
+            start_date=start, end_offset=1, timezone=tz, day_offset=1
+        )
+    if table.partition == "monthly":
+        return dg.MonthlyPartitionsDefinition(start_date=start, end_offset=1, timezone=tz)
     return dg.DailyPartitionsDefinition(start_date=start, end_offset=1, timezone=tz)
+
+
+def partitions_def(table: TableConfig) -> dg.TimeWindowPartitionsDefinition:
+    """The table's partitions (one definition object per table and time zone)."""
+    return _cached(table, source_timezone())
 
 
 def window(pdef: dg.TimeWindowPartitionsDefinition, key: str) -> tuple[datetime, datetime]:
     """[start, end) of a partition as naive datetimes in the source time zone."""
     w = pdef.time_window_for_partition_key(key)
     return w.start.replace(tzinfo=None), w.end.replace(tzinfo=None)
+
+
+def key_for(pdef: dg.TimeWindowPartitionsDefinition, ts: datetime) -> str | None:
+    """The partition holding the naive source-time `ts`, or None outside every partition."""
+    aware = ts.replace(tzinfo=ZoneInfo(pdef.timezone)) if ts.tzinfo is None else ts
+    key = pdef.get_partition_key_for_timestamp(aware.timestamp())
+    first, last = pdef.get_first_partition_key(), pdef.get_last_partition_key()
+    if first is None or last is None or key < first or key > last:
+        return None  # keys of one definition sort like their windows
+    return key
 
 
 def partition_keys(table: TableConfig) -> list[str]:

@@ -289,6 +289,23 @@ def source_counts(
     )
 
 
+def first_row(
+    conn: pymysql.connections.Connection, src: SourceTable, start: Position, upper: datetime
+) -> Position | None:
+    """The smallest (cursor, pk) after `start` and below `upper`: one index-only probe, so a
+    run jumps over any stretch of empty partitions at the cost of one query."""
+    keys = src.keys
+    cols = ", ".join(keys.quoted)
+    sql = (
+        f"SELECT {cols} FROM {src.qualified} WHERE {after(start, keys)} "
+        f"AND {below(upper, keys)} ORDER BY {keys.order_by} LIMIT 1"
+    )
+    with conn.cursor() as cur:
+        cur.execute(sql)
+        row = cur.fetchone()
+    return None if row is None else Position(c=row[0], pk=list(row[1:]))
+
+
 def plan_chunk(
     conn: pymysql.connections.Connection,
     src: SourceTable,

@@ -24,7 +24,7 @@ from typing import Any
 
 import dagster as dg
 
-from s3rs_assets.extract import PartitionRun
+from s3rs_assets.backup import PartitionRun
 from s3rs_assets.names import WATERMARK_BACKUP_METADATA_KEY, WATERMARK_METADATA_KEY
 from s3rs_assets.source import SafetyBound
 from s3rs_assets.watermark import LoadState, SourceCounts, WatermarkRecord, iso, utcnow

@@ -12,12 +12,21 @@ truth those fields are derived from:
   never kept as a separate counter (the old `s3_file_count=0` bug).
 * `loaded_partitions[key]` mirrors the warehouse's load ledger (which stays the truth for
   "was this file loaded").
+* `closed` holds the stretches of partitions that are complete and held no row, as
+  [start, end) ranges of the cursor: a 20-year daily table with data on 30 days keeps 30
+  partition entries and a handful of ranges, not 7,300 entries. A partition is complete
+  when its entry says so or a closed range covers its window (`is_complete`).
+
+The JSON is written compact (no indentation, partition entries without their default
+values): its size follows the partitions that hold data, not the calendar.
 
 `SCHEMA_VERSION` is bumped on any incompatible change, with a step in `migrate()`.
 """
 
 from __future__ import annotations
 
+import bisect
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
@@ -25,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, ValidationErr
 
 from s3rs_assets.errors import WatermarkError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 # A stored cursor may be at most this far ahead of the source clock (clock jitter); beyond
 # it the record would skip rows not yet written, so it is invalid.
@@ -86,6 +95,13 @@ class PartitionState(_Model):
     @property
     def rows(self) -> int:
         return sum(f.rows for f in self.files)
+
+
+class ClosedRange(_Model):
+    """Consecutive partitions, complete and empty: [start, end) of the cursor."""
+
+    start: datetime
+    end: datetime
 
 
 class LoadState(_Model):
@@ -173,6 +189,7 @@ class WatermarkRecord(_Model):
     updated_at: datetime = Field(default_factory=utcnow)
     partitions: dict[str, PartitionState] = Field(default_factory=dict)
     loaded_partitions: dict[str, LoadState] = Field(default_factory=dict)
+    closed: list[ClosedRange] = Field(default_factory=list)
     #: what the last backup run found it could not read (None before the first run)
     source_counts: SourceCounts | None = None
     backup_metadata: BackupMetadata | None = None
@@ -197,8 +214,59 @@ class WatermarkRecord(_Model):
         self.updated_at = utcnow()
         return self
 
+    # ------------------------------------------------------------ closed ranges
+
+    def closed_range(self, start: datetime, end: datetime) -> ClosedRange | None:
+        """The closed range covering the window [start, end), if any."""
+        i = bisect.bisect_right([r.start for r in self.closed], start) - 1
+        if i >= 0 and self.closed[i].start <= start and end <= self.closed[i].end:
+            return self.closed[i]
+        return None
+
+    def is_complete(self, key: str, start: datetime, end: datetime) -> bool:
+        state = self.partitions.get(key)
+        if state is not None:
+            return state.status == "complete"
+        return self.closed_range(start, end) is not None
+
+    def close_empty(self, key: str, start: datetime, end: datetime) -> None:
+        """Partition `key` is complete and holds no row: fold it into the closed ranges
+        (merging neighbours) instead of keeping an entry for it."""
+        self.partitions.pop(key, None)
+        ranges = [r for r in self.closed if not (start <= r.start and r.end <= end)]
+        ranges.append(ClosedRange(start=start, end=end))
+        ranges.sort(key=lambda r: r.start)
+        merged: list[ClosedRange] = []
+        for r in ranges:
+            if merged and r.start <= merged[-1].end:
+                if r.end > merged[-1].end:
+                    merged[-1] = ClosedRange(start=merged[-1].start, end=r.end)
+            else:
+                merged.append(r)
+        self.closed = merged
+
+    def reopen(self, start: datetime, end: datetime) -> None:
+        """[start, end) is no longer known to be empty (read again, or set by hand)."""
+        out: list[ClosedRange] = []
+        for r in self.closed:
+            if r.end <= start or end <= r.start:
+                out.append(r)
+                continue
+            if r.start < start:
+                out.append(ClosedRange(start=r.start, end=start))
+            if end < r.end:
+                out.append(ClosedRange(start=end, end=r.end))
+        self.closed = out
+
+    # ---------------------------------------------------------------- JSON
+
     def to_json(self) -> str:
-        return self.model_dump_json(indent=2)
+        doc = self.model_dump(mode="json")
+        doc["partitions"] = {
+            k: p.model_dump(mode="json", exclude_defaults=True) | {"status": p.status}
+            for k, p in self.partitions.items()
+        }
+        return json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
 
     @classmethod
     def from_json(cls, text: str | bytes, *, table_name: str | None = None) -> WatermarkRecord:
@@ -207,8 +275,6 @@ class WatermarkRecord(_Model):
         This checks the schema version, the field types and the table name. `check()` adds
         the consistency and clock checks the store runs on every read.
         """
-        import json
-
         who = f"watermark of {table_name}" if table_name else "watermark"
         try:
             raw = json.loads(text)
@@ -265,6 +331,14 @@ class WatermarkRecord(_Model):
                     f"{who}: partition {key!r} has an empty window "
                     f"[{iso(part.window_start)}, {iso(part.window_end)})"
                 )
+        last_end: datetime | None = None
+        for r in self.closed:
+            if r.start >= r.end or (last_end is not None and r.start < last_end):
+                raise WatermarkError(
+                    f"{who}: closed range [{iso(r.start)}, {iso(r.end)}) is empty, out of "
+                    "order or overlaps the previous one"
+                )
+            last_end = r.end
         # Summed in place: a deep copy of a long history costs more than the write itself.
         files, rows = self._manifest_totals()
         for name, actual in (("s3_file_count", files), ("mysql_rows_extracted", rows)):
@@ -312,4 +386,26 @@ def migrate(raw: dict[str, Any]) -> dict[str, Any]:
             f"watermark schema_version {version} is newer than this s3rs understands "
             f"({SCHEMA_VERSION}); upgrade s3rs"
         )
+    if version == 1:
+        raw = _v1_to_v2(raw)
     return raw
+
+
+def _v1_to_v2(raw: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 keeps complete empty partitions as closed ranges instead of entries."""
+    parts = raw.get("partitions")
+    if not isinstance(parts, dict):
+        return {**raw, "schema_version": 2}
+    kept, empty = {}, []
+    for key, p in parts.items():
+        if isinstance(p, dict) and p.get("status") == "complete" and not p.get("files"):
+            empty.append((p.get("window_start"), p.get("window_end")))
+        else:
+            kept[key] = p
+    closed: list[dict[str, Any]] = []
+    for start, end in sorted(e for e in empty if all(isinstance(v, str) for v in e)):
+        if closed and closed[-1]["end"] >= start:
+            closed[-1]["end"] = max(closed[-1]["end"], end)
+        else:
+            closed.append({"start": start, "end": end})
+    return {**raw, "schema_version": 2, "partitions": kept, "closed": closed}

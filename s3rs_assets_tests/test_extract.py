@@ -103,10 +103,13 @@ def test_range_run_and_recompute(
         store = store_for(s3_resource)
         rec = store.read(cfg.name)
         assert {k: p.status for k, p in rec.partitions.items()} == {
-            "2025-03-03": "complete",
             "2025-03-04": "complete",
             "2025-03-05": "complete",
         }
+        # the empty day is a closed range, not an entry
+        assert [(r.start, r.end) for r in rec.closed] == [(datetime(2025, 3, 3),
+                                                           datetime(2025, 3, 4))]
+        assert rec.is_complete("2025-03-03", datetime(2025, 3, 3), datetime(2025, 3, 4))
         assert rec.mysql_rows_extracted == 10_040
         mats = instance.get_materialized_partitions(
             dg.AssetKey([mysql_db, "ext_ties", "s3_parquet"])
