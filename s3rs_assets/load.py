@@ -25,6 +25,25 @@ One load is one transaction, whatever the dialect:
 A file key that comes back with a different md5 (a re-extracted chunk overwrites its own
 key) is new content and is loaded again; `ledger_files` reports its newest version.
 
+Ledger entries are tied to the target table's identity (`target_id`: its `pg_class.oid`,
+which on Redshift is the `table_id` of SVV_TABLE_INFO), read inside the load transaction
+after a probe of the target that also locks out DROP and TRUNCATE until the commit. The
+ledger is the truth for "was this file loaded" into *this* table, so before step 1:
+
+* entries of another identity describe a table that was dropped (and re-created, restored,
+  deployed again): they are deleted, and every file loads again;
+* TRUNCATE keeps the identity: when the target holds no rows while entries of its identity
+  claim some, they are deleted (the check and the delete are one statement, so rows a
+  racing loader just committed are never undone) and every file loads again. A partial
+  delete by hand is not guessed at here: `verify` and reconcile find it;
+* entries without an identity (a ledger from before; `ensure_target` adds the column) are
+  adopted while the target holds rows, and discarded like the above when it holds none.
+
+What was discarded and why is logged as a warning and returned in
+`LoadResult.reloaded_reason`. OIDs are only reused after the 32-bit counter wraps around,
+a risk we accept. Read-only lookups (`ledger_files`, `ledger_versions`) apply the same rules
+without changing anything.
+
 Target tables are created from the MySQL columns through `types.column_type` (the one type
 mapping). A new source column is added; a change that is a widening (VARCHAR longer,
 DECIMAL precision up with the same scale, SMALLINT -> INTEGER -> BIGINT) alters the column;
@@ -51,7 +70,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import dagster as dg
 import numpy as np
@@ -75,6 +94,7 @@ from s3rs_assets.warehouse import (
 from s3rs_assets.watermark import FileEntry, utcnow
 
 LEDGER_TABLE = "s3rs_load_ledger"
+LedgerScope = Literal["identity", "identity_or_none", "all"]
 STAGE_TABLE = "s3rs_stage"
 WIDEN_TMP_COLUMN = "s3rs_widen_tmp"
 ROW_NUMBER_COLUMN = "s3rs_rn"
@@ -175,6 +195,15 @@ class LoadResult:
     load_id: str = ""
     copy_seconds: float = 0.0
     merge_seconds: float = 0.0
+    #: the target table's identity (pg_class oid / Redshift table_id) the ledger rows name
+    target_id: int | None = None
+    #: why ledger entries were discarded so that files load again (target re-created or
+    #: found empty); "" when the ledger was trusted as it was
+    reloaded_reason: str = ""
+    ledger_discarded: int = 0
+    #: partitions whose ledger entries were discarded: none of their files is in the target
+    #: now, whatever the watermark's mirror of the ledger still says
+    reload_partitions: list[str] = field(default_factory=list)
 
     @property
     def rows_not_inserted(self) -> int:
@@ -198,6 +227,16 @@ class LoadResult:
             "merge_seconds": round(self.merge_seconds, 3),
             "dialect": self.dialect,
             "load_id": self.load_id,
+            "target_id": self.target_id,
+            **(
+                {
+                    "reloaded_reason": self.reloaded_reason,
+                    "ledger_entries_discarded": self.ledger_discarded,
+                    "partitions_to_reload": len(self.reload_partitions),
+                }
+                if self.reloaded_reason
+                else {}
+            ),
         }
 
 
@@ -256,9 +295,15 @@ def create_ledger_sql(schema: str) -> str:
         '    "cursor_max" TIMESTAMP,\n'
         '    "load_id" VARCHAR(64) NOT NULL,\n'
         '    "loaded_at" TIMESTAMP NOT NULL,\n'
+        '    "target_id" BIGINT,\n'
         '    PRIMARY KEY ("table_name", "file_key", "file_md5")\n'
         ")"
     )
+
+
+def add_ledger_identity_sql(schema: str) -> str:
+    """Migrates a ledger written before entries were tied to the target's identity."""
+    return f'ALTER TABLE {pg_table(schema, LEDGER_TABLE)} ADD COLUMN "target_id" BIGINT'
 
 
 LEDGER_COLUMNS = (
@@ -273,14 +318,75 @@ LEDGER_COLUMNS = (
     "cursor_max",
     "load_id",
     "loaded_at",
+    "target_id",
 )
+
+
+def target_identity_sql() -> str:
+    """The target's identity: `pg_class.oid` on PostgreSQL, which on Redshift is the
+    `table_id` of SVV_TABLE_INFO / STV_TBL_PERM. A dropped and re-created table gets a new
+    one. (A catalog query of its own: Redshift refuses to mix leader-node catalog tables
+    with user tables in one statement.)"""
+    return (
+        "SELECT c.oid FROM pg_catalog.pg_class AS c JOIN pg_catalog.pg_namespace AS n "
+        "ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s"
+    )
+
+
+def target_probe_sql(schema: str, table: str) -> str:
+    """One row if the target holds any. Inside the load transaction it also takes the
+    table's ACCESS SHARE lock, so no DROP or TRUNCATE can slip in before the commit."""
+    return f"SELECT 1 FROM {pg_table(schema, table)} LIMIT 1"
+
+
+def ledger_summary_sql(schema: str) -> str:
+    """(target_id, entries, rows) per identity the ledger holds for one table."""
+    return (
+        f'SELECT "target_id", COUNT(*), COALESCE(SUM("row_count"), 0) '
+        f'FROM {pg_table(schema, LEDGER_TABLE)} WHERE "table_name" = %s GROUP BY "target_id"'
+    )
+
+
+def ledger_discard_stale_sql(schema: str) -> str:
+    """Entries of an earlier table of this name (dropped since): they describe nothing."""
+    return (
+        f"DELETE FROM {pg_table(schema, LEDGER_TABLE)} "
+        'WHERE "table_name" = %s AND "target_id" <> %s'
+    )
+
+
+def ledger_discard_claims_sql(schema: str, table: str) -> str:
+    """Every entry of the current (or no recorded) identity, but only while the target is
+    empty: the check and the delete share one statement, so a loader that committed rows
+    in between is never undone."""
+    return (
+        f"DELETE FROM {pg_table(schema, LEDGER_TABLE)} "
+        'WHERE "table_name" = %s AND ("target_id" = %s OR "target_id" IS NULL) '
+        f"AND NOT EXISTS (SELECT 1 FROM {pg_table(schema, table)})"
+    )
+
+
+def ledger_partitions_sql(schema: str) -> str:
+    """(partition, target_id) pairs of one table's entries: which partitions a discard hits."""
+    return (
+        f'SELECT DISTINCT "partition_key", "target_id" FROM {pg_table(schema, LEDGER_TABLE)} '
+        'WHERE "table_name" = %s'
+    )
+
+
+def ledger_adopt_sql(schema: str) -> str:
+    """Ties entries written before identities were recorded to the current table."""
+    return (
+        f'UPDATE {pg_table(schema, LEDGER_TABLE)} SET "target_id" = %s '
+        'WHERE "table_name" = %s AND "target_id" IS NULL'
+    )
 
 
 def ledger_lookup_sql(schema: str, n_keys: int) -> str:
     marks = ", ".join(["%s"] * n_keys)
     return (
         f'SELECT "file_key", "file_md5" FROM {pg_table(schema, LEDGER_TABLE)} '
-        f'WHERE "table_name" = %s AND "file_key" IN ({marks})'
+        f'WHERE "table_name" = %s AND "target_id" = %s AND "file_key" IN ({marks})'
     )
 
 
@@ -292,11 +398,19 @@ def ledger_insert_sql(schema: str, n_rows: int) -> str:
     )
 
 
-def ledger_files_sql(schema: str, by_partition: bool) -> str:
+def ledger_files_sql(schema: str, by_partition: bool, scope: LedgerScope = "identity") -> str:
+    """(file key, md5, rows) of one table's entries, oldest first. `scope`: entries of one
+    identity (the load transaction, where every entry carries it), of one identity or none
+    (read-only lookups: entries that predate identities count until a load adopts them), or
+    all (a ledger not migrated yet, which has no identities)."""
     sql = (
-        f'SELECT "file_key", "row_count" FROM {pg_table(schema, LEDGER_TABLE)} '
+        f'SELECT "file_key", "file_md5", "row_count" FROM {pg_table(schema, LEDGER_TABLE)} '
         'WHERE "table_name" = %s'
     )
+    if scope == "identity":
+        sql += ' AND "target_id" = %s'
+    elif scope == "identity_or_none":
+        sql += ' AND ("target_id" = %s OR "target_id" IS NULL)'
     if by_partition:
         sql += ' AND "partition_key" = %s'
     return sql + ' ORDER BY "loaded_at", "file_key"'
@@ -540,12 +654,13 @@ def plan_target_ddl(
 # ------------------------------------------------------------------------- execution
 
 
-def _table_exists(conn: WarehouseConnection, schema: str, table: str) -> bool:
+def _ledger_columns(conn: WarehouseConnection, schema: str) -> set[str]:
     rows = conn.query(
-        "SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND table_name = %s",
-        (schema, table),
+        "SELECT column_name FROM information_schema.columns "
+        "WHERE table_schema = %s AND table_name = %s",
+        (schema, LEDGER_TABLE),
     )
-    return bool(rows)
+    return {str(r[0]) for r in rows}
 
 
 def _existing_columns(conn: WarehouseConnection, target: LoadTarget) -> dict[str, str] | None:
@@ -598,8 +713,11 @@ def ensure_target(warehouse: WarehouseResource, target: LoadTarget) -> list[str]
                 )
                 if not have_schema:
                     groups.append([create_schema_sql(target.schema)])
-                if not have_schema or not _table_exists(conn, target.schema, LEDGER_TABLE):
+                ledger = _ledger_columns(conn, target.schema) if have_schema else set()
+                if not ledger:
                     groups.append([create_ledger_sql(target.schema)])
+                elif "target_id" not in ledger:
+                    groups.append([add_ledger_identity_sql(target.schema)])
                 existing = _existing_columns(conn, target) if have_schema else None
                 groups.extend(plan_target_ddl(target, existing, dialect))
                 return _run_groups(conn, groups)
@@ -612,23 +730,70 @@ def ensure_target(warehouse: WarehouseResource, target: LoadTarget) -> list[str]
     raise AssertionError("unreachable")
 
 
-def _ledger_versions(
-    conn: WarehouseConnection, target: LoadTarget, partition_key: str | None
-) -> dict[str, int]:
-    params: tuple = (target.table,) if partition_key is None else (target.table, partition_key)
-    rows = conn.query(ledger_files_sql(target.schema, partition_key is not None), params)
-    return {key: int(n) for key, n in rows}  # ordered by loaded_at: newest version wins
+def _identity(conn: WarehouseConnection, schema: str, table: str) -> int | None:
+    """The table's pg_class oid, or None when there is no such table."""
+    if conn.dialect == "redshift":  # Redshift folds identifiers to lower case
+        schema, table = schema.lower(), table.lower()
+    rows = conn.query(target_identity_sql(), (schema, table))
+    return int(rows[0][0]) if rows else None
+
+
+def _has_rows(conn: WarehouseConnection, schema: str, table: str) -> bool:
+    return bool(conn.query(target_probe_sql(schema, table)))
+
+
+def current_ledger(
+    conn: WarehouseConnection, schema: str, table: str, partition_key: str | None = None
+) -> list[tuple[str, str, int]]:
+    """(file key, md5, rows) of the entries that describe the table as it is now, oldest
+    first, read outside a load: entries of its current identity, plus entries that predate
+    identities (trusted as a load would adopt them); none when the table does not exist;
+    and while it holds no rows, only entries of empty files (a load would discard the
+    rest and reload them)."""
+    columns = _ledger_columns(conn, schema)
+    ident = _identity(conn, schema, table) if columns else None
+    if ident is None:
+        return []
+    scope: LedgerScope = "identity_or_none" if "target_id" in columns else "all"
+    params: tuple = (table,) if scope == "all" else (table, ident)
+    if partition_key is not None:
+        params += (partition_key,)
+    rows = conn.query(ledger_files_sql(schema, partition_key is not None, scope), params)
+    entries = [(str(k), str(m), int(n)) for k, m, n in rows]
+    if entries and not _has_rows(conn, schema, table):
+        entries = [e for e in entries if e[2] == 0]
+    return entries
 
 
 def ledger_files(
     warehouse: WarehouseResource, target: LoadTarget, partition_key: str | None = None
 ) -> dict[str, int]:
-    """File key -> rows for every file the warehouse's ledger holds for `target` (optionally
-    one partition): the truth for the redshift side of the watermark."""
+    """File key -> rows for every file the warehouse's ledger holds for `target` as it is
+    now (optionally one partition): the truth for the redshift side of the watermark.
+    A key loaded in several versions reports its newest."""
     with warehouse.connection(autocommit=True) as conn:
-        if not _table_exists(conn, target.schema, LEDGER_TABLE):
-            return {}
-        return _ledger_versions(conn, target, partition_key)
+        entries = current_ledger(conn, target.schema, target.table, partition_key)
+    return {key: rows for key, _, rows in entries}
+
+
+def ledger_versions(warehouse: WarehouseResource, schema: str, table: str) -> set[tuple[str, str]]:
+    """(file key, md5) of every file version loaded into warehouse table `schema.table` as it
+    is now: what `s3rs s3clean` may treat as safely loaded."""
+    check_identifier(schema, "warehouse schema")
+    check_identifier(table, "warehouse table")
+    with warehouse.connection(autocommit=True) as conn:
+        return {(key, md5) for key, md5, _ in current_ledger(conn, schema, table)}
+
+
+def _partition_ledger(
+    conn: WarehouseConnection, target: LoadTarget, ident: int, partition_key: str
+) -> dict[str, int]:
+    """Inside the load transaction, where every entry of the table carries `ident`."""
+    rows = conn.query(
+        ledger_files_sql(target.schema, by_partition=True, scope="identity"),
+        (target.table, ident, partition_key),
+    )
+    return {key: int(n) for key, _, n in rows}  # oldest first: the newest version wins
 
 
 def _check_files(target: LoadTarget, partition_key: str, files: Sequence[FileEntry]) -> None:
@@ -719,19 +884,25 @@ def _load_once(
     result: LoadResult,
     hook: Callable[[str], None],
 ) -> None:
+    result.files_loaded, result.bytes_loaded = [], 0
+    result.rows_staged = result.rows_inserted = result.rows_deleted = 0
+    ident, changed = _settle_identity(conn, target, result)
     loaded: set[tuple[str, str]] = set()
     keys = [f.key for f in files]
     for i in range(0, len(keys), LEDGER_BATCH):
         chunk = keys[i : i + LEDGER_BATCH]
-        rows = conn.query(ledger_lookup_sql(target.schema, len(chunk)), (target.table, *chunk))
+        rows = conn.query(
+            ledger_lookup_sql(target.schema, len(chunk)), (target.table, ident, *chunk)
+        )
         loaded.update((k, m) for k, m in rows)
     todo = [f for f in files if (f.key, f.md5) not in loaded]
     result.files_skipped = [f.key for f in files if (f.key, f.md5) in loaded]
-    result.files_loaded, result.bytes_loaded = [], 0
-    result.rows_staged = result.rows_inserted = result.rows_deleted = 0
     if not todo:
-        result.ledger_rows = sum(_ledger_versions(conn, target, partition_key).values())
-        conn.rollback()
+        result.ledger_rows = sum(_partition_ledger(conn, target, ident, partition_key).values())
+        if changed:
+            conn.commit()
+        else:
+            conn.rollback()
         return
 
     # Ledger rows first: a racing loader blocks here (PostgreSQL), not after its COPY.
@@ -754,6 +925,7 @@ def _load_once(
                 f.cursor_max,
                 result.load_id,
                 now,
+                ident,
             ]
         conn.execute(ledger_insert_sql(target.schema, len(chunk)), params)
     hook("after_ledger")
@@ -782,12 +954,74 @@ def _load_once(
     result.merge_seconds = time.monotonic() - t1
     hook("after_merge")
 
-    result.ledger_rows = sum(_ledger_versions(conn, target, partition_key).values())
+    result.ledger_rows = sum(_partition_ledger(conn, target, ident, partition_key).values())
     hook("before_commit")
     conn.commit()
     result.rows_staged = staged
     result.files_loaded = [f.key for f in todo]
     result.bytes_loaded = sum(f.bytes for f in todo)
+
+
+def _settle_identity(
+    conn: WarehouseConnection, target: LoadTarget, result: LoadResult
+) -> tuple[int, bool]:
+    """Bring the table's ledger entries in line with the table as it is now, inside the
+    load transaction; return (identity, whether the ledger changed).
+
+    Entries of another identity describe a dropped table: discarded. Entries of this
+    identity (or of none, written before identities were recorded) that claim rows while
+    the table holds none (TRUNCATE keeps the identity): discarded too, so every file loads
+    again. Otherwise entries without an identity are adopted.
+    """
+    has_rows = _has_rows(conn, target.schema, target.table)  # locks out DROP / TRUNCATE
+    ident = _identity(conn, target.schema, target.table)
+    if ident is None:
+        raise LoadError(f"{target.qualified} vanished while loading (dropped concurrently?)")
+    result.target_id = ident
+    result.reloaded_reason, result.ledger_discarded, result.reload_partitions = "", 0, []
+    summary = conn.query(ledger_summary_sql(target.schema), (target.table,))
+    stale = [(int(n), int(r)) for i, n, r in summary if i is not None and int(i) != ident]
+    claims = [(int(n), int(r)) for i, n, r in summary if i is None or int(i) == ident]
+    legacy = any(i is None for i, _, _ in summary)
+    claimed_rows = sum(r for _, r in claims)
+    doubt_claims = not has_rows and claimed_rows > 0
+    parts: dict[str, set[bool]] = {}  # partition -> {is stale} of its entries
+    if stale or doubt_claims:
+        for p, i in conn.query(ledger_partitions_sql(target.schema), (target.table,)):
+            parts.setdefault(str(p), set()).add(i is not None and int(i) != ident)
+    reload = {p for p, kinds in parts.items() if True in kinds}
+    reasons: list[str] = []
+    if stale:
+        n = conn.execute(ledger_discard_stale_sql(target.schema), (target.table, ident))
+        result.ledger_discarded += max(n, 0)
+        reasons.append(
+            f"the load ledger held {sum(e for e, _ in stale)} file(s) ({sum(r for _, r in stale)} "
+            f"rows) loaded into an earlier table {target.qualified}, dropped and re-created "
+            f"since (table id now {ident})"
+        )
+    if doubt_claims:
+        sql = ledger_discard_claims_sql(target.schema, target.table)
+        n = conn.execute(sql, (target.table, ident))
+        if n:
+            result.ledger_discarded += max(n, 0)
+            reload |= {p for p, kinds in parts.items() if False in kinds}
+            reasons.append(
+                f"{target.qualified} holds 0 rows but the load ledger says "
+                f"{sum(e for e, _ in claims)} file(s) with {claimed_rows} rows were loaded "
+                "into it (truncated or emptied by hand?)"
+            )
+            legacy = False
+    if legacy:
+        conn.execute(ledger_adopt_sql(target.schema), (ident, target.table))
+    if reasons:
+        result.reloaded_reason = "; ".join(reasons)
+        result.reload_partitions = sorted(reload)
+        log.warning(
+            f"{result.reloaded_reason}: {result.ledger_discarded} ledger entries discarded; "
+            f"the files of {len(reload)} partition(s) load again (this load's now, the others "
+            "when their partitions are next loaded)"
+        )
+    return ident, bool(reasons) or legacy
 
 
 # ---------------------------------------------------------------- COPY, PostgreSQL side

@@ -546,6 +546,10 @@ def _ledger(stack: Stack, table: str, keys: list[str], md5: str | None = None) -
         c.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
         c.execute(create_ledger_sql(schema))
         c.execute(f'DELETE FROM "{schema}".s3rs_load_ledger WHERE table_name = %s', (table,))
+        if keys:  # entries count only while their target exists and holds rows
+            c.execute(f'CREATE TABLE IF NOT EXISTS "{schema}"."{table}" (id BIGINT)')
+            c.execute(f'INSERT INTO "{schema}"."{table}" SELECT 1 WHERE NOT EXISTS '
+                      f'(SELECT 1 FROM "{schema}"."{table}")')
         for k in keys:
             row = dict.fromkeys(LEDGER_COLUMNS)
             etag = md5 or stack.s3.head_object(Bucket=stack.bucket, Key=k)["ETag"].strip('"')
