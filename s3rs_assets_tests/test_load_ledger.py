@@ -20,12 +20,12 @@ import pytest
 from s3rs_assets.load import (
     LEDGER_TABLE,
     LoadTarget,
-    create_table_sql,
     ensure_target,
     ledger_files,
     ledger_versions,
     load_files,
 )
+from s3rs_assets.load.ddl import create_table_sql
 from s3rs_assets.warehouse import WarehouseResource
 from s3rs_assets_tests.test_load import DEMO_COLUMNS, demo_rows, pg, put_rows
 

@@ -18,16 +18,22 @@ import dagster as dg
 import psycopg
 import pytest
 
-from s3rs_assets.errors import ConfigError, SourceSchemaError
-from s3rs_assets.load import (
-    LoadTarget,
+from s3rs_assets.errors import ConfigError, IntegrityError, SourceSchemaError
+from s3rs_assets.load import LoadTarget, load_files
+from s3rs_assets.load.copy_postgres import csv_chunks
+from s3rs_assets.load.copy_redshift import file_columns, manifest_key, s3_filesystem
+from s3rs_assets.load.ddl import (
     add_column_sql,
-    add_ledger_identity_sql,
     canonical_type,
+    create_table_sql,
+    plan_target_ddl,
+    type_change,
+    widen_column_sql,
+)
+from s3rs_assets.load.sql import (
+    add_ledger_identity_sql,
     create_ledger_sql,
     create_stage_sql,
-    create_table_sql,
-    csv_chunks,
     delete_sql,
     insert_sql,
     ledger_adopt_sql,
@@ -37,19 +43,15 @@ from s3rs_assets.load import (
     ledger_lookup_sql,
     ledger_partitions_sql,
     ledger_summary_sql,
-    load_files,
     manifest,
-    manifest_key,
     merge_sql,
-    plan_target_ddl,
     redshift_copy_sql,
     sql_literal,
     staged_stats_sql,
     target_identity_sql,
     target_probe_sql,
-    type_change,
-    widen_column_sql,
 )
+from s3rs_assets.resources import S3Resource
 from s3rs_assets.types import SourceColumn
 from s3rs_assets.warehouse import WarehouseConnection, WarehouseResource, is_retryable
 from s3rs_assets.watermark import FileEntry
@@ -568,6 +570,23 @@ def test_redshift_without_iam_role_is_refused(redshift, s3_resource, s3_client, 
     with pytest.raises(ConfigError, match="S3RS_REDSHIFT_IAM_ROLE"):
         load_files(WarehouseResource(url=RS_URL), s3_resource, T, "d", [f])
     assert redshift["log"][-1] == "ROLLBACK" and "COMMIT" not in redshift["log"]
+
+
+def test_footers_read_through_the_resource_and_checked_against_the_manifest(
+    s3_client, bucket, moto_endpoint, monkeypatch
+):
+    f = put_parquet(s3_client, bucket, "s3rs/data/x/p.parquet", make_table([{"id": 1}], COLS))
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3")  # only the resource knows the endpoint now
+    fs = s3_filesystem(S3Resource(bucket=bucket, endpoint_url=moto_endpoint))
+    assert file_columns(fs, bucket, f) == [c.name for c in COLS]
+    with pytest.raises(IntegrityError, match=f"ETag {f.md5}, but its manifest says .* md5 0+;"):
+        file_columns(fs, bucket, f.model_copy(update={"md5": "0" * 32}))
+    with pytest.raises(IntegrityError, match=f"{f.bytes} bytes, .* manifest says 7 bytes"):
+        file_columns(fs, bucket, f.model_copy(update={"bytes": 7}))
+    with pytest.raises(IntegrityError, match="1 rows, but its manifest says 2"):
+        file_columns(fs, bucket, f.model_copy(update={"rows": 2}))
+    with pytest.raises(IntegrityError, match=r"s3://.*/s3rs/data/x/gone.parquet is missing"):
+        file_columns(fs, bucket, f.model_copy(update={"key": "s3rs/data/x/gone.parquet"}))
 
 
 def _identity_statements(log: list[str]) -> list[str]:
