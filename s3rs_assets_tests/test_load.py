@@ -37,8 +37,8 @@ from s3rs_assets.load import (
     ledger_files,
     load_files,
 )
-from s3rs_assets.load.copy_postgres import bytea_text
 from s3rs_assets.load.ddl import create_table_sql
+from s3rs_assets.load.pgbinary import HEADER, TRAILER, binary_chunks
 from s3rs_assets.types import SourceColumn, arrow_schema
 from s3rs_assets.warehouse import WarehouseResource
 from s3rs_assets.watermark import FileEntry
@@ -755,10 +755,8 @@ def benchmark(
     pg_url: str, s3_resource: Any, s3_client: Any, n_rows: int = 200_000, files: int = 4
 ) -> dict[str, float]:
     """rows/s of (a) a plain psycopg COPY of the same parquet into a fresh table (download,
-    decode, CSV, COPY; no staging, merge or ledger) and (b) load_files into an empty target.
-    Prints and returns both; asserts nothing about time."""
-    import pyarrow.csv as pacsv
-
+    decode, binary COPY encoding, COPY; no checks, staging, merge or ledger) and (b)
+    load_files into an empty target. Prints and returns both; asserts nothing about time."""
     wh = WarehouseResource(url=pg_url)
     out: dict[str, float] = {}
     for rep in range(2):
@@ -785,21 +783,13 @@ def benchmark(
             )
         t0 = time.perf_counter()
         with psycopg.connect(pg_url) as c, c.cursor() as cur:
-            with cur.copy(f'COPY "{tgt.schema}"."plain" FROM STDIN (FORMAT csv)') as cp:
+            with cur.copy(f'COPY "{tgt.schema}"."plain" FROM STDIN (FORMAT binary)') as cp:
+                cp.write(HEADER)
                 for e in entries:
                     body = s3_client.get_object(Bucket=s3_resource.bucket, Key=e.key)["Body"].read()
-                    table = pq.read_table(pa.BufferReader(body))
-                    table = table.set_column(
-                        NAMES.index("token"), "token", bytea_text(table.column("token"))
-                    )
-                    for batch in table.to_batches(65536):
-                        buf = io.BytesIO()
-                        pacsv.write_csv(
-                            batch,
-                            buf,
-                            pacsv.WriteOptions(include_header=False, quoting_style="needed"),
-                        )
-                        cp.write(buf.getbuffer())
+                    for chunk in binary_chunks(pq.read_table(pa.BufferReader(body))):
+                        cp.write(chunk)
+                cp.write(TRAILER)
             c.commit()
         plain = n_rows / (time.perf_counter() - t0)
         t0 = time.perf_counter()

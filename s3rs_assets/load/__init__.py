@@ -5,7 +5,8 @@
     ddl.py            create / evolve target tables and the ledger: ensure_target
     ledger.py         the load ledger, tied to the target's identity; lookups
     transaction.py    load_files: one transaction per load, retried on races
-    copy_postgres.py  COPY FROM STDIN fed with Arrow-written CSV (the local stand-in)
+    copy_postgres.py  COPY FROM STDIN of the parquet files (the local stand-in)
+    pgbinary.py       Arrow -> PostgreSQL binary COPY format, vectorized
     copy_redshift.py  COPY FROM S3 through a manifest of exactly the files to load
 
 The invariant all of it serves: a file's rows are merged into the target and the file is

