@@ -75,6 +75,10 @@ def run_load(
                 "ledger": ledger_files(warehouse, target, key),
                 "stats": result.metadata(),
             }
+            for other in set(result.reload_partitions) - {key}:
+                # Their ledger entries described a dropped or emptied target: the mirror
+                # forgets them, so the next sync loads those partitions again.
+                partitions[other] = {"ledger": {}, "stats": {}}
             context.log.info(
                 f"{table.name} {key}: {len(result.files_loaded)} file(s) loaded, "
                 f"{len(result.files_skipped)} already in the ledger, "
