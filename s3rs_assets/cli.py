@@ -855,30 +855,11 @@ def _ledger_versions(table: TableConfig) -> tuple[set[tuple[str, str]] | None, s
     Versions matter: a chunk read again after `watermark set` overwrites its own key with
     new content, which is not loaded until the ledger holds that key with the new md5.
     """
-    from s3rs_assets.load import LoadTarget, ledger_files, ledger_lookup_sql
-    from s3rs_assets.types import SourceColumn
+    from s3rs_assets.load import ledger_versions
 
     try:
         wh = _warehouse()
-        # The ledger lookup needs only the target's schema and table; the columns below
-        # satisfy LoadTarget's checks without asking MySQL.
-        pk = tuple(table.primary_key or ("s3rs_key",))
-        cols = [SourceColumn(table.cursor, "datetime", "datetime(6)")] + [
-            SourceColumn(k, "bigint", "bigint") for k in pk if k != table.cursor
-        ]
-        target = LoadTarget(
-            table.target_schema, table.target_table, cols, pk, table.cursor, table.name
-        )
-        keys = sorted(ledger_files(wh, target))
-        versions: set[tuple[str, str]] = set()
-        if keys:
-            with wh.connection(autocommit=True) as conn:
-                for i in range(0, len(keys), 500):
-                    batch = keys[i : i + 500]
-                    rows = conn.query(
-                        ledger_lookup_sql(target.schema, len(batch)), (target.table, *batch)
-                    )
-                    versions |= {(str(k), str(m)) for k, m in rows}
+        versions = ledger_versions(wh, table.target_schema, table.target_table)
         return versions, f"warehouse load ledger ({wh.redacted()})"
     except S3rsError as e:
         return None, str(e)

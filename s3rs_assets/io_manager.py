@@ -112,8 +112,9 @@ class S3RSIOManager(dg.ConfigurableIOManager):
             context.add_output_metadata({**quiet, **run_md})
             return
         context.add_output_metadata(quiet)  # every partition: "nothing happened here"
+        in_run = set(keys)
         for key, md in shown.items():
-            if key != keys[-1]:
+            if key != keys[-1] and key in in_run:
                 _partition_metadata(context, key, md)
         _partition_metadata(context, keys[-1], {**shown.get(keys[-1], {}), **run_md})
 

@@ -50,6 +50,10 @@ def run_load(
             result = load_files(warehouse, s3, target, key, files.get(key, []))
             ledger = ledger_files(warehouse, target, key)
             partitions[key] = PartitionLoad(ledger, result.metadata())
+            for other in set(result.reload_partitions) - {key}:
+                # Their ledger entries described a dropped or emptied target: the mirror
+                # forgets them, so the next sync loads those partitions again.
+                partitions.setdefault(other, PartitionLoad({}, {}))
             context.log.info(
                 f"{table.name} {key}: {len(result.files_loaded)} file(s) loaded, "
                 f"{len(result.files_skipped)} already in the ledger, "

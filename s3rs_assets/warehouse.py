@@ -10,9 +10,9 @@
   (redshift_connector cannot talk to PostgreSQL; see STACK.md). A `?sslmode=` in the URL is
   passed to libpq; `sslmode` on the resource applies to Redshift only.
 
-Everything else (staging, merge, ledger) is one SQL text for both, built in `load.py`.
-`WarehouseConnection` is the small surface load.py and verify.py use, identical for both
-drivers (both use the `%s` parameter style).
+Everything else (staging, merge, ledger) is one SQL text for both, built in
+`s3rs_assets/load/sql.py`. `WarehouseConnection` is the small surface the load package and
+verify.py use, identical for both drivers (both use the `%s` parameter style).
 
 The password never leaves `DatabaseURL`: errors and logs show `DatabaseURL.redacted()`, and
 driver messages are scrubbed of it before they are re-raised.

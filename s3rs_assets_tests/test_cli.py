@@ -543,13 +543,17 @@ def test_unreachable_mysql_is_a_clear_error(stack, monkeypatch):
 
 def _ledger(stack: Stack, table: str, keys: list[str], md5: str | None = None) -> None:
     """Ledger rows for `keys`, with the md5 of their current S3 content unless given."""
-    from s3rs_assets.load import LEDGER_COLUMNS, create_ledger_sql, ledger_insert_sql
+    from s3rs_assets.load.sql import LEDGER_COLUMNS, create_ledger_sql, ledger_insert_sql
 
     schema = stack.db
     with pg(stack) as c:
         c.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
         c.execute(create_ledger_sql(schema))
         c.execute(f'DELETE FROM "{schema}".s3rs_load_ledger WHERE table_name = %s', (table,))
+        if keys:  # entries count only while their target exists and holds rows
+            c.execute(f'CREATE TABLE IF NOT EXISTS "{schema}"."{table}" (id BIGINT)')
+            c.execute(f'INSERT INTO "{schema}"."{table}" SELECT 1 WHERE NOT EXISTS '
+                      f'(SELECT 1 FROM "{schema}"."{table}")')
         for k in keys:
             row = dict.fromkeys(LEDGER_COLUMNS)
             etag = md5 or stack.s3.head_object(Bucket=stack.bucket, Key=k)["ETag"].strip('"')
@@ -775,7 +779,7 @@ def test_verify_without_warehouse_is_a_clear_error(stack, verify_table, monkeypa
 
 @pytest.fixture
 def orders(stack):
-    from s3rs_assets.load import create_ledger_sql
+    from s3rs_assets.load.sql import create_ledger_sql
 
     rows = [(i, day(2) + timedelta(hours=3, microseconds=i % 3)) for i in range(1, 31)]
     rows += [(i, day(1) + timedelta(hours=5)) for i in range(31, 51)]  # 20 rows, one stamp

@@ -31,13 +31,14 @@ import pytest
 from s3rs_assets.errors import ConfigError, IntegrityError, SourceSchemaError
 from s3rs_assets.load import (
     LEDGER_TABLE,
-    InjectedFailure,
     LoadTarget,
     ValueTooLongError,
     ensure_target,
     ledger_files,
     load_files,
 )
+from s3rs_assets.load.ddl import create_table_sql
+from s3rs_assets.load.pgbinary import HEADER, TRAILER, binary_chunks
 from s3rs_assets.types import SourceColumn, arrow_schema
 from s3rs_assets.warehouse import WarehouseResource
 from s3rs_assets.watermark import FileEntry
@@ -404,6 +405,10 @@ def test_rewritten_key_with_new_content_loads_again(
 # -------------------------------------------------------------------- crash and retry
 
 
+class InjectedFailure(RuntimeError):
+    """Raised by a test's `checkpoint=` observer to crash a load at that point."""
+
+
 @pytest.mark.parametrize("point", ["after_ledger", "after_copy", "after_merge", "before_commit"])
 def test_crash_inside_the_transaction_commits_nothing(
     point, warehouse, s3_resource, s3_client, bucket, pg_url, target
@@ -444,15 +449,6 @@ def test_crash_inside_the_transaction_commits_nothing(
     assert sum(ledger_files(warehouse, target).values()) == 1 + 51 + 50  # rows per file
     assert pg(pg_url, f'SELECT count(DISTINCT id) FROM "{target.schema}".orders') == [(101,)]
     assert target_rows(pg_url, target, "id, name")[0] == (1, "after")
-
-
-def test_fail_after_copy_flag(warehouse, s3_resource, s3_client, bucket, pg_url, target):
-    f = put_rows(s3_client, bucket, target, "d", "p", demo_rows(10))
-    with pytest.raises(InjectedFailure):
-        load_files(warehouse, s3_resource, target, "d", [f], fail_after_copy=True)
-    assert target_rows(pg_url, target) == [] and ledger(pg_url, target) == []
-    res = load_files(warehouse, s3_resource, target, "d", [f])
-    assert res.rows_inserted == 10 and ledger(pg_url, target) == [(f.key, 10, "d")]
 
 
 _CRASH_SCRIPT = """
@@ -759,12 +755,8 @@ def benchmark(
     pg_url: str, s3_resource: Any, s3_client: Any, n_rows: int = 200_000, files: int = 4
 ) -> dict[str, float]:
     """rows/s of (a) a plain psycopg COPY of the same parquet into a fresh table (download,
-    decode, CSV, COPY; no staging, merge or ledger) and (b) load_files into an empty target.
-    Prints and returns both; asserts nothing about time."""
-    import pyarrow.csv as pacsv
-
-    from s3rs_assets.load import create_table_sql
-
+    decode, binary COPY encoding, COPY; no checks, staging, merge or ledger) and (b)
+    load_files into an empty target. Prints and returns both; asserts nothing about time."""
     wh = WarehouseResource(url=pg_url)
     out: dict[str, float] = {}
     for rep in range(2):
@@ -791,23 +783,13 @@ def benchmark(
             )
         t0 = time.perf_counter()
         with psycopg.connect(pg_url) as c, c.cursor() as cur:
-            with cur.copy(f'COPY "{tgt.schema}"."plain" FROM STDIN (FORMAT csv)') as cp:
+            with cur.copy(f'COPY "{tgt.schema}"."plain" FROM STDIN (FORMAT binary)') as cp:
+                cp.write(HEADER)
                 for e in entries:
                     body = s3_client.get_object(Bucket=s3_resource.bucket, Key=e.key)["Body"].read()
-                    table = pq.read_table(pa.BufferReader(body))
-                    from s3rs_assets.load import bytea_text
-
-                    table = table.set_column(
-                        NAMES.index("token"), "token", bytea_text(table.column("token"))
-                    )
-                    for batch in table.to_batches(65536):
-                        buf = io.BytesIO()
-                        pacsv.write_csv(
-                            batch,
-                            buf,
-                            pacsv.WriteOptions(include_header=False, quoting_style="needed"),
-                        )
-                        cp.write(buf.getbuffer())
+                    for chunk in binary_chunks(pq.read_table(pa.BufferReader(body))):
+                        cp.write(chunk)
+                cp.write(TRAILER)
             c.commit()
         plain = n_rows / (time.perf_counter() - t0)
         t0 = time.perf_counter()

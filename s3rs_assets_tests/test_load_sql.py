@@ -18,28 +18,40 @@ import dagster as dg
 import psycopg
 import pytest
 
-from s3rs_assets.errors import ConfigError, SourceSchemaError
-from s3rs_assets.load import (
-    LoadTarget,
+from s3rs_assets.errors import ConfigError, IntegrityError, SourceSchemaError
+from s3rs_assets.load import LoadTarget, load_files
+from s3rs_assets.load.copy_redshift import file_columns, manifest_key, s3_filesystem
+from s3rs_assets.load.ddl import (
     add_column_sql,
     canonical_type,
-    create_ledger_sql,
-    create_stage_sql,
     create_table_sql,
-    csv_chunks,
-    delete_sql,
-    insert_sql,
-    load_files,
-    manifest,
-    manifest_key,
-    merge_sql,
     plan_target_ddl,
-    redshift_copy_sql,
-    sql_literal,
-    staged_stats_sql,
     type_change,
     widen_column_sql,
 )
+from s3rs_assets.load.sql import (
+    add_ledger_identity_sql,
+    create_ledger_sql,
+    create_stage_sql,
+    delete_sql,
+    insert_sql,
+    ledger_adopt_sql,
+    ledger_discard_claims_sql,
+    ledger_discard_stale_sql,
+    ledger_files_sql,
+    ledger_lookup_sql,
+    ledger_partitions_sql,
+    ledger_summary_sql,
+    manifest,
+    merge_sql,
+    postgres_copy_sql,
+    redshift_copy_sql,
+    sql_literal,
+    staged_stats_sql,
+    target_identity_sql,
+    target_probe_sql,
+)
+from s3rs_assets.resources import S3Resource
 from s3rs_assets.types import SourceColumn
 from s3rs_assets.warehouse import WarehouseConnection, WarehouseResource, is_retryable
 from s3rs_assets.watermark import FileEntry
@@ -97,8 +109,55 @@ def test_ledger_table():
         '    "cursor_max" TIMESTAMP,\n'
         '    "load_id" VARCHAR(64) NOT NULL,\n'
         '    "loaded_at" TIMESTAMP NOT NULL,\n'
+        '    "target_id" BIGINT,\n'
         '    PRIMARY KEY ("table_name", "file_key", "file_md5")\n'
         ")"
+    )
+    assert add_ledger_identity_sql("dw") == (
+        'ALTER TABLE "dw"."s3rs_load_ledger" ADD COLUMN "target_id" BIGINT'
+    )
+
+
+def test_ledger_identity_statements():
+    assert target_identity_sql() == (
+        "SELECT c.oid FROM pg_catalog.pg_class AS c JOIN pg_catalog.pg_namespace AS n "
+        "ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s"
+    )
+    assert target_probe_sql("dw", "orders") == 'SELECT 1 FROM "dw"."orders" LIMIT 1'
+    assert ledger_summary_sql("dw") == (
+        'SELECT "target_id", COUNT(*), COALESCE(SUM("row_count"), 0) '
+        'FROM "dw"."s3rs_load_ledger" WHERE "table_name" = %s GROUP BY "target_id"'
+    )
+    assert ledger_discard_stale_sql("dw") == (
+        'DELETE FROM "dw"."s3rs_load_ledger" WHERE "table_name" = %s AND "target_id" <> %s'
+    )
+    assert ledger_discard_claims_sql("dw", "orders") == (
+        'DELETE FROM "dw"."s3rs_load_ledger" WHERE "table_name" = %s '
+        'AND ("target_id" = %s OR "target_id" IS NULL) '
+        'AND NOT EXISTS (SELECT 1 FROM "dw"."orders")'
+    )
+    assert ledger_partitions_sql("dw") == (
+        'SELECT DISTINCT "partition_key", "target_id" FROM "dw"."s3rs_load_ledger" '
+        'WHERE "table_name" = %s'
+    )
+    assert ledger_adopt_sql("dw") == (
+        'UPDATE "dw"."s3rs_load_ledger" SET "target_id" = %s '
+        'WHERE "table_name" = %s AND "target_id" IS NULL'
+    )
+    assert ledger_lookup_sql("dw", 2) == (
+        'SELECT "file_key", "file_md5" FROM "dw"."s3rs_load_ledger" '
+        'WHERE "table_name" = %s AND "target_id" = %s AND "file_key" IN (%s, %s)'
+    )
+    head = 'SELECT "file_key", "file_md5", "row_count" FROM "dw"."s3rs_load_ledger" '
+    order = ' ORDER BY "loaded_at", "file_key"'
+    assert ledger_files_sql("dw", by_partition=True) == (
+        head + 'WHERE "table_name" = %s AND "target_id" = %s AND "partition_key" = %s' + order
+    )
+    assert ledger_files_sql("dw", by_partition=False, scope="identity_or_none") == (
+        head + 'WHERE "table_name" = %s AND ("target_id" = %s OR "target_id" IS NULL)' + order
+    )
+    assert ledger_files_sql("dw", by_partition=False, scope="all") == (
+        head + 'WHERE "table_name" = %s' + order
     )
 
 
@@ -269,22 +328,11 @@ def test_merge_statements():
     )
 
 
-def test_csv_chunks_keep_null_empty_and_microseconds():
-    table = make_table(
-        [
-            {
-                "id": 1,
-                "name": "",
-                "ok": True,
-                "doc": 'a,"b"\n\\.',
-                "dur": None,
-                "update_at": datetime(2024, 1, 1, 0, 0, 0, 5),
-            }
-        ],
-        COLS,
+def test_postgres_copy_statement():
+    assert postgres_copy_sql(T) == (
+        'COPY "s3rs_stage" ("id", "name", "ok", "doc", "dur", "update_at") '
+        "FROM STDIN (FORMAT binary)"
     )
-    out = b"".join(bytes(c) for c in csv_chunks(table))
-    assert out == b'1,"",true,"a,""b""\n\\.",,2024-01-01 00:00:00.000005\n'
 
 
 # ------------------------------------------------------------- Redshift, end to end
@@ -323,16 +371,26 @@ class _Cursor:
             self.rows = st["columns"]
         elif sql.startswith("CREATE SCHEMA"):
             st["schema"] = True
+        elif sql.startswith('SELECT "file_key", "file_md5", "row_count"'):
+            self.rows = st["ledger"]
         elif sql.startswith('SELECT "file_key", "file_md5"'):
             self.rows = []
+        elif sql.startswith("SELECT c.oid FROM pg_catalog.pg_class"):
+            self.rows = [(st["oid"],)]
+        elif sql.startswith("SELECT 1 FROM"):
+            self.rows = [(1,)] if st["target_rows"] else []
+        elif sql.startswith('SELECT "target_id", COUNT(*)'):
+            self.rows = st["summary"]
+        elif sql.startswith('SELECT DISTINCT "partition_key", "target_id"'):
+            self.rows = [(f"p{i}", i) for i, _, _ in st["summary"]]
         elif sql.startswith('SELECT COALESCE(SUM("n")'):
             self.rows = [(st["staged"], st["staged"])]
+        elif sql.startswith('DELETE FROM "dw"."s3rs_load_ledger"'):
+            self.rowcount = st["discarded"]
         elif sql.startswith("DELETE"):
             self.rowcount = 0
         elif sql.startswith('INSERT INTO "dw"."orders"'):
             self.rowcount = st["staged"]
-        elif sql.startswith('SELECT "file_key", "row_count"'):
-            self.rows = st["ledger"]
 
     def fetchall(self) -> list[tuple]:
         return self.rows
@@ -350,6 +408,10 @@ def redshift(monkeypatch):
         "columns": [],
         "staged": 0,
         "ledger": [],
+        "oid": 424242,
+        "target_rows": False,
+        "summary": [],
+        "discarded": 0,
     }
 
     def connect(self, *, autocommit: bool = False) -> WarehouseConnection:
@@ -383,7 +445,7 @@ def test_redshift_load_sends_exactly_this(redshift, s3_resource, s3_client, buck
         for i in range(2)
     ]
     redshift["staged"] = 6
-    redshift["ledger"] = [(f.key, 3) for f in files]
+    redshift["ledger"] = [(f.key, f.md5, 3) for f in files]
     wh = WarehouseResource(url=RS_URL, iam_role=ROLE)
     res = load_files(wh, s3_resource, T, "2024-01-02", files)
 
@@ -400,27 +462,33 @@ def test_redshift_load_sends_exactly_this(redshift, s3_resource, s3_client, buck
         'CREATE SCHEMA IF NOT EXISTS "dw"',
         create_ledger_sql("dw"),
         create_table_sql(T, "redshift"),
+        'SELECT 1 FROM "dw"."orders" LIMIT 1',
+        target_identity_sql(),
+        ledger_summary_sql("dw"),
         'SELECT "file_key", "file_md5" FROM "dw"."s3rs_load_ledger" WHERE "table_name" = %s '
-        'AND "file_key" IN (%s, %s)',
+        'AND "target_id" = %s AND "file_key" IN (%s, %s)',
         'INSERT INTO "dw"."s3rs_load_ledger" ("table_name", "file_key", "file_md5", '
         '"partition_key", "source_name", "row_count", "byte_count", "cursor_min", "cursor_max", '
-        '"load_id", "loaded_at") VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s), '
-        "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+        '"load_id", "loaded_at", "target_id") VALUES '
+        "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s), "
+        "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
         create_stage_sql(T, "redshift"),
         f"COPY \"s3rs_stage\" FROM 's3://{bucket}/{mkey}' IAM_ROLE '{ROLE}' "
         "FORMAT AS PARQUET MANIFEST",
         staged_stats_sql(T),
         *merge_sql(T, dedupe=False),
-        'SELECT "file_key", "row_count" FROM "dw"."s3rs_load_ledger" WHERE "table_name" = %s '
-        'AND "partition_key" = %s ORDER BY "loaded_at", "file_key"',
+        'SELECT "file_key", "file_md5", "row_count" FROM "dw"."s3rs_load_ledger" '
+        'WHERE "table_name" = %s AND "target_id" = %s AND "partition_key" = %s '
+        'ORDER BY "loaded_at", "file_key"',
         "COMMIT",
     ]
+    assert redshift["params"][redshift["log"].index(target_identity_sql())] == ("dw", "orders")
     assert create_stage_sql(T, "redshift") == (
         'CREATE TEMP TABLE "s3rs_stage" (\n    "id" DECIMAL(20,0),\n    "name" VARCHAR(40),\n'
         '    "ok" BOOLEAN,\n    "doc" VARCHAR(65535),\n    "dur" VARCHAR(20),\n'
         '    "update_at" TIMESTAMP\n)\nDISTKEY ("id")'
     )
-    ledger_params = redshift["params"][redshift["log"].index(sent[4])]
+    ledger_params = redshift["params"][redshift["log"].index(sent[7])]
     assert ledger_params[:7] == (
         "orders",
         files[0].key,
@@ -430,6 +498,8 @@ def test_redshift_load_sends_exactly_this(redshift, s3_resource, s3_client, buck
         3,
         files[0].bytes,
     )
+    assert ledger_params[11] == ledger_params[23] == 424242  # the target's table_id
+    assert res.target_id == 424242 and res.reloaded_reason == ""
     assert (res.rows_staged, res.rows_inserted, res.ledger_rows, res.dialect) == (
         6,
         6,
@@ -489,6 +559,88 @@ def test_redshift_without_iam_role_is_refused(redshift, s3_resource, s3_client, 
     with pytest.raises(ConfigError, match="S3RS_REDSHIFT_IAM_ROLE"):
         load_files(WarehouseResource(url=RS_URL), s3_resource, T, "d", [f])
     assert redshift["log"][-1] == "ROLLBACK" and "COMMIT" not in redshift["log"]
+
+
+def test_footers_read_through_the_resource_and_checked_against_the_manifest(
+    s3_client, bucket, moto_endpoint, monkeypatch
+):
+    f = put_parquet(s3_client, bucket, "s3rs/data/x/p.parquet", make_table([{"id": 1}], COLS))
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3")  # only the resource knows the endpoint now
+    fs = s3_filesystem(S3Resource(bucket=bucket, endpoint_url=moto_endpoint))
+    assert file_columns(fs, bucket, f) == [c.name for c in COLS]
+    with pytest.raises(IntegrityError, match=f"ETag {f.md5}, but its manifest says .* md5 0+;"):
+        file_columns(fs, bucket, f.model_copy(update={"md5": "0" * 32}))
+    with pytest.raises(IntegrityError, match=f"{f.bytes} bytes, .* manifest says 7 bytes"):
+        file_columns(fs, bucket, f.model_copy(update={"bytes": 7}))
+    with pytest.raises(IntegrityError, match="1 rows, but its manifest says 2"):
+        file_columns(fs, bucket, f.model_copy(update={"rows": 2}))
+    with pytest.raises(IntegrityError, match=r"s3://.*/s3rs/data/x/gone.parquet is missing"):
+        file_columns(fs, bucket, f.model_copy(update={"key": "s3rs/data/x/gone.parquet"}))
+
+
+def _identity_statements(log: list[str]) -> list[str]:
+    """What the load transaction sent between its identity read and its file lookup."""
+    start = log.index(target_identity_sql())
+    end = next(i for i, s in enumerate(log) if s.startswith('SELECT "file_key", "file_md5"'))
+    return log[start + 1 : end]
+
+
+@pytest.mark.parametrize(
+    "target_rows,summary,discarded,statements,reason",
+    [
+        # Re-created target (another table_id in the ledger): its entries go.
+        (True, [(7, 8, 1_000_000)], 8, ["stale"], "dropped and re-created since"),
+        # TRUNCATE kept the table_id: an empty target with claims discards them.
+        (False, [(424242, 8, 1_000_000)], 8, ["claims"], "holds 0 rows"),
+        # Both, and entries from before identities (NULL) on an empty target.
+        (False, [(7, 2, 5), (None, 3, 30)], 3, ["stale", "claims"], "; "),
+        # Entries from before identities on a target with rows: adopted, nothing reloaded.
+        (True, [(None, 3, 30), (424242, 1, 10)], 0, ["adopt"], ""),
+        # Claims of empty files only: nothing to doubt.
+        (False, [(424242, 1, 0)], 0, [], ""),
+        (True, [(424242, 8, 80)], 0, [], ""),
+    ],
+)
+def test_redshift_identity_settling_sends_exactly_this(
+    redshift, s3_resource, s3_client, bucket, target_rows, summary, discarded, statements, reason
+):
+    redshift.update(schema=True, target_rows=target_rows, summary=summary, discarded=discarded)
+    redshift["columns"] = [  # the target as create_table_sql made it
+        ("id", "numeric", None, 20, 0),
+        ("name", "character varying", 40, None, None),
+        ("ok", "boolean", None, None, None),
+        ("doc", "character varying", 65535, None, None),
+        ("dur", "character varying", 20, None, None),
+        ("update_at", "timestamp without time zone", None, None, None),
+        ("target_id", "bigint", None, 64, 0),  # the ledger's column check sees it too
+    ]
+    res = load_files(WarehouseResource(url=RS_URL, iam_role=ROLE), s3_resource, T, "d", [])
+    log, params = redshift["log"], redshift["params"]
+    sql = {
+        "stale": ledger_discard_stale_sql("dw"),
+        "claims": ledger_discard_claims_sql("dw", "orders"),
+        "adopt": ledger_adopt_sql("dw"),
+    }
+    discards = [s for s in statements if s != "adopt"]
+    assert _identity_statements(log) == [
+        ledger_summary_sql("dw"),
+        *([ledger_partitions_sql("dw")] if discards else []),
+        *[sql[s] for s in statements],
+    ]
+    for s in statements:
+        assert params[log.index(sql[s])] == (
+            (424242, "orders") if s == "adopt" else ("orders", 424242)
+        )
+    assert log[-1] == ("COMMIT" if statements else "ROLLBACK")
+    assert reason in res.reloaded_reason and bool(res.reloaded_reason) == bool(reason)
+    assert res.ledger_discarded == discarded * len(discards)
+    if reason:  # the partitions of every discarded entry (the fake names them p<target_id>)
+        assert res.reload_partitions == sorted(f"p{i}" for i, _, _ in summary)
+        md = res.metadata()
+        assert md["reloaded_reason"] == res.reloaded_reason and md["target_id"] == 424242
+        assert md["partitions_to_reload"] == len(summary)
+    else:
+        assert res.reload_partitions == [] and "reloaded_reason" not in res.metadata()
 
 
 # ------------------------------------------------------------------ URL and secrets

@@ -38,8 +38,12 @@ class S3Calls:
         self.seen: list[tuple[str, str]] = []
         self.fail_primary_put: int | None = None  # the n-th PUT of a primary gets a 403
         self._primary_puts = 0
+        self._clients: set[int] = set()
 
     def attach(self, client: Any) -> None:
+        if id(client) in self._clients:  # S3Resource hands out one client per instance
+            return
+        self._clients.add(id(client))
         client.meta.events.register("before-parameter-build.s3", self.record)
         client.meta.events.register("before-send.s3.PutObject", self.refuse)
 

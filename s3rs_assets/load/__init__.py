@@ -1,0 +1,34 @@
+"""Stage 2: S3 parquet -> warehouse (Redshift, or PostgreSQL standing in), exactly once.
+
+    target.py         LoadTarget: the warehouse table one MySQL table lands in
+    sql.py            the SQL text, pure builders (ledger, stage, merge, COPY manifest)
+    ddl.py            create / evolve target tables and the ledger: ensure_target
+    ledger.py         the load ledger, tied to the target's identity; lookups
+    transaction.py    load_files: one transaction per load, retried on races
+    copy_postgres.py  COPY FROM STDIN of the parquet files (the local stand-in)
+    pgbinary.py       Arrow -> PostgreSQL binary COPY format, vectorized
+    copy_redshift.py  COPY FROM S3 through a manifest of exactly the files to load
+
+The invariant all of it serves: a file's rows are merged into the target and the file is
+recorded in the ledger in one transaction, and the ledger speaks only for the table that
+exists now, so it never claims a file whose rows are not in the target.
+"""
+
+from s3rs_assets.load.copy_postgres import ValueTooLongError
+from s3rs_assets.load.ddl import ensure_target
+from s3rs_assets.load.ledger import ledger_files, ledger_versions
+from s3rs_assets.load.target import LEDGER_TABLE, LoadTarget
+from s3rs_assets.load.transaction import CHECKPOINTS, LoadError, LoadResult, load_files
+
+__all__ = [
+    "CHECKPOINTS",
+    "LEDGER_TABLE",
+    "LoadError",
+    "LoadResult",
+    "LoadTarget",
+    "ValueTooLongError",
+    "ensure_target",
+    "ledger_files",
+    "ledger_versions",
+    "load_files",
+]

@@ -1,0 +1,283 @@
+"""One load: S3 parquet -> staging -> merge by primary key, with the ledger, exactly once.
+
+One load is one transaction, whatever the dialect:
+
+1. the ledger is settled against the target's identity (ledger.py: entries of a dropped
+   table, or claiming rows an emptied table does not hold, are discarded), and the files
+   it already holds for this identity (same key and md5) are dropped from the list;
+2. a ledger row is inserted for each remaining file. The ledger's primary key is
+   (table_name, file_key, file_md5): on PostgreSQL a second loader racing on the same files
+   blocks on these rows and fails with a unique violation once the first commits; on
+   Redshift (whose keys are not enforced) the racing transaction fails with serializable
+   isolation error 1023. Either way it rolls back, retries, and finds the files loaded;
+3. `CREATE TEMP TABLE s3rs_stage` with the source columns in file order (no TRUNCATE:
+   Redshift would commit there), then COPY (copy_redshift.py, copy_postgres.py). The staged
+   row count must equal the files' manifest counts;
+4. merge, the same SQL for both dialects (sql.py): delete target rows whose key is staged
+   with a cursor older or equal to a staged one, then insert per key the newest staged row
+   unless the target still holds the key (it can only be newer after the delete). Loading
+   a file twice, or an older window after a newer one, therefore never moves a row back;
+5. drop the staging table, commit. Serialization failures (40001, 40P01, Redshift 1023)
+   and racing-loader unique violations (23505) rerun the whole transaction, with backoff,
+   a bounded number of times.
+
+DDL (ddl.ensure_target) runs before, outside the transaction. `checkpoint=` is the one
+observer a caller gets inside the transaction: it is called with each name of CHECKPOINTS,
+and an exception it raises aborts the load there (tests crash loads that way).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import dagster as dg
+
+from s3rs_assets.errors import ConfigError, IntegrityError, S3rsError
+from s3rs_assets.load import ledger
+from s3rs_assets.load.copy_postgres import copy_postgres
+from s3rs_assets.load.copy_redshift import copy_redshift
+from s3rs_assets.load.ddl import ensure_target
+from s3rs_assets.load.sql import create_stage_sql, merge_sql, staged_stats_sql
+from s3rs_assets.load.target import LoadTarget
+from s3rs_assets.resources import S3Resource
+from s3rs_assets.warehouse import (
+    WarehouseConnection,
+    WarehouseResource,
+    is_driver_error,
+    is_retryable,
+    sqlstate,
+)
+from s3rs_assets.watermark import FileEntry, utcnow
+
+#: Checkpoints a load passes, in order; `checkpoint=` callbacks receive these names.
+CHECKPOINTS = ("after_ledger", "after_copy", "after_merge", "before_commit")
+
+log = dg.get_dagster_logger("s3rs.load")
+
+
+class LoadError(S3rsError):
+    """The load transaction failed and was rolled back: nothing of it is in the warehouse."""
+
+
+@dataclass
+class LoadResult:
+    """What one `load_files` call did; every count comes from the warehouse."""
+
+    table: str
+    partition_key: str
+    files_loaded: list[str] = field(default_factory=list)
+    files_skipped: list[str] = field(default_factory=list)
+    rows_staged: int = 0
+    rows_inserted: int = 0
+    rows_deleted: int = 0
+    seconds: float = 0.0
+    #: rows of this table and partition the ledger holds after the load (newest version
+    #: of each file key): what the watermark's redshift side mirrors.
+    ledger_rows: int = 0
+    bytes_loaded: int = 0
+    attempts: int = 0
+    ddl: list[str] = field(default_factory=list)
+    dialect: str = ""
+    load_id: str = ""
+    copy_seconds: float = 0.0
+    merge_seconds: float = 0.0
+    #: the target table's identity (pg_class oid / Redshift table_id) the ledger rows name
+    target_id: int | None = None
+    #: why ledger entries were discarded so that files load again (target re-created or
+    #: found empty); "" when the ledger was trusted as it was
+    reloaded_reason: str = ""
+    ledger_discarded: int = 0
+    #: partitions whose ledger entries were discarded: none of their files is in the target
+    #: now, whatever the watermark's mirror of the ledger still says
+    reload_partitions: list[str] = field(default_factory=list)
+
+    @property
+    def rows_not_inserted(self) -> int:
+        """Staged rows that lost to a newer version (staged or already in the target)."""
+        return self.rows_staged - self.rows_inserted
+
+    def metadata(self) -> dict[str, Any]:
+        """Flat values for `dg.MaterializeResult(metadata=...)`."""
+        return {
+            "files_loaded": len(self.files_loaded),
+            "files_skipped": len(self.files_skipped),
+            "rows_staged": self.rows_staged,
+            "rows_inserted": self.rows_inserted,
+            "rows_deleted": self.rows_deleted,
+            "rows_not_inserted": self.rows_not_inserted,
+            "ledger_rows": self.ledger_rows,
+            "bytes_loaded": self.bytes_loaded,
+            "attempts": self.attempts,
+            "seconds": round(self.seconds, 3),
+            "copy_seconds": round(self.copy_seconds, 3),
+            "merge_seconds": round(self.merge_seconds, 3),
+            "dialect": self.dialect,
+            "load_id": self.load_id,
+            "target_id": self.target_id,
+            **(
+                {
+                    "reloaded_reason": self.reloaded_reason,
+                    "ledger_entries_discarded": self.ledger_discarded,
+                    "partitions_to_reload": len(self.reload_partitions),
+                }
+                if self.reloaded_reason
+                else {}
+            ),
+        }
+
+    def _begin_attempt(self, settled: ledger.Settled) -> None:
+        self.files_loaded, self.files_skipped, self.bytes_loaded = [], [], 0
+        self.rows_staged = self.rows_inserted = self.rows_deleted = 0
+        self.target_id = settled.target_id
+        self.reloaded_reason, self.ledger_discarded = settled.reason, settled.discarded
+        self.reload_partitions = list(settled.partitions)
+
+
+def _check_files(target: LoadTarget, partition_key: str, files: Sequence[FileEntry]) -> None:
+    if not isinstance(partition_key, str) or not partition_key or len(partition_key) > 64:
+        raise ConfigError(f"{target.qualified}: invalid partition key {partition_key!r}")
+    seen: set[str] = set()
+    for f in files:
+        if f.key in seen:
+            raise ConfigError(f"{target.qualified}: file {f.key} is listed twice")
+        seen.add(f.key)
+
+
+def load_files(
+    warehouse: WarehouseResource,
+    s3: S3Resource,
+    target: LoadTarget,
+    partition_key: str,
+    files: list[FileEntry],
+    *,
+    checkpoint: Callable[[str], None] | None = None,
+    max_attempts: int = 5,
+    backoff_seconds: float = 0.5,
+) -> LoadResult:
+    """Load `files` (one partition's parquet objects in `s3.bucket`) into `target`.
+
+    Exactly once: files already in the ledger are skipped, the rest are merged and recorded
+    in the ledger in one transaction. `checkpoint(name)` is called at each of CHECKPOINTS
+    inside the transaction; what it raises aborts (and rolls back) the load.
+    """
+    started = time.monotonic()
+    _check_files(target, partition_key, files)
+    result = LoadResult(
+        table=target.qualified, partition_key=partition_key, dialect=warehouse.dialect
+    )
+    result.ddl = ensure_target(warehouse, target)
+    observe = checkpoint or (lambda name: None)
+    for attempt in range(1, max_attempts + 1):
+        result.attempts = attempt
+        result.load_id = uuid.uuid4().hex
+        conn = warehouse.connect()
+        try:
+            _load_once(conn, warehouse, s3, target, partition_key, files, result, observe)
+            break
+        except Exception as e:
+            conn.rollback()
+            if is_driver_error(e) and is_retryable(e) and attempt < max_attempts:
+                delay = backoff_seconds * 2 ** (attempt - 1) * (0.5 + random.random())
+                log.warning(
+                    f"{target.qualified} partition {partition_key}: attempt {attempt} lost a "
+                    f"race ({type(e).__name__} {sqlstate(e) or ''}); retrying in {delay:.2f}s"
+                )
+                time.sleep(delay)
+                continue
+            if is_driver_error(e):
+                raise LoadError(
+                    f"loading {len(files)} file(s) into {target.qualified} (partition "
+                    f"{partition_key}) failed after {attempt} attempt(s); nothing was "
+                    f"committed: {type(e).__name__}: {e}"
+                ) from e
+            raise
+        finally:
+            conn.close()
+    result.seconds = time.monotonic() - started
+    log.info(
+        f"{target.qualified} partition {partition_key}: {len(result.files_loaded)} file(s) "
+        f"loaded, {len(result.files_skipped)} skipped, {result.rows_staged} rows staged, "
+        f"{result.rows_inserted} inserted, {result.rows_deleted} replaced, "
+        f"{result.seconds:.2f}s ({result.dialect}, {result.attempts} attempt(s))"
+    )
+    return result
+
+
+def _load_once(
+    conn: WarehouseConnection,
+    warehouse: WarehouseResource,
+    s3: S3Resource,
+    target: LoadTarget,
+    partition_key: str,
+    files: Sequence[FileEntry],
+    result: LoadResult,
+    checkpoint: Callable[[str], None],
+) -> None:
+    """One attempt: steps 1-5 of the module docstring, committed or raising."""
+    settled = ledger.settle(conn, target)
+    result._begin_attempt(settled)
+    ident = settled.target_id
+    loaded = ledger.loaded_versions(conn, target, ident, files)
+    todo = [f for f in files if (f.key, f.md5) not in loaded]
+    result.files_skipped = [f.key for f in files if (f.key, f.md5) in loaded]
+    if not todo:
+        partition = ledger.partition_ledger(conn, target, ident, partition_key)
+        result.ledger_rows = sum(partition.values())
+        if settled.changed:
+            conn.commit()
+        else:
+            conn.rollback()
+        return
+
+    # Ledger rows first: a racing loader blocks here (PostgreSQL), not after its COPY.
+    ledger.record(conn, target, ident, partition_key, todo, result.load_id, utcnow())
+    checkpoint("after_ledger")
+
+    t0 = time.monotonic()
+    staged, distinct_keys = _stage(conn, warehouse, s3, target, partition_key, todo)
+    result.copy_seconds = time.monotonic() - t0
+    checkpoint("after_copy")
+
+    t1 = time.monotonic()
+    delete, insert, drop = merge_sql(target, dedupe=distinct_keys != staged)
+    result.rows_deleted = conn.execute(delete)
+    result.rows_inserted = conn.execute(insert)
+    conn.execute(drop)
+    result.merge_seconds = time.monotonic() - t1
+    checkpoint("after_merge")
+
+    result.ledger_rows = sum(ledger.partition_ledger(conn, target, ident, partition_key).values())
+    checkpoint("before_commit")
+    conn.commit()
+    result.rows_staged = staged
+    result.files_loaded = [f.key for f in todo]
+    result.bytes_loaded = sum(f.bytes for f in todo)
+
+
+def _stage(
+    conn: WarehouseConnection,
+    warehouse: WarehouseResource,
+    s3: S3Resource,
+    target: LoadTarget,
+    partition_key: str,
+    files: Sequence[FileEntry],
+) -> tuple[int, int]:
+    """Create and fill the staging table; return (staged rows, distinct staged keys)."""
+    conn.execute(create_stage_sql(target, conn.dialect))
+    if conn.dialect == "postgres":
+        copy_postgres(conn, s3, target, files)
+    else:
+        copy_redshift(conn, warehouse, s3, target, partition_key, files)
+    staged, distinct_keys = (int(v) for v in conn.query(staged_stats_sql(target))[0])
+    expected = sum(f.rows for f in files)
+    if staged != expected:
+        raise IntegrityError(
+            f"{target.qualified} partition {partition_key}: COPY staged {staged} rows but the "
+            f"file manifests list {expected}; nothing was loaded"
+        )
+    return staged, distinct_keys
