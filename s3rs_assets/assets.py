@@ -51,7 +51,7 @@ def run_backup(
     keys = context.partition_keys
     # One MySQL connection for the whole run. Everything is validated before the first
     # write or the first JVM: bad input changes nothing.
-    with mysql.connect() as conn:
+    with mysql.connection() as conn:
         src = describe(conn, table)
         bound = safety_bound(conn, table.lag)
         found = source_counts(conn, src, window(pdef, pdef.get_first_partition_key())[0], bound)

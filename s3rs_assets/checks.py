@@ -84,7 +84,7 @@ def build_checks(table: TableConfig) -> list[dg.AssetChecksDefinition]:
         record = store_for(s3, context.run.run_id, context.instance).read(table.name)
         windows = synced_windows(pdef, _scope(context, pdef, record), record)
         target = load_target(table, mysql)
-        with mysql.connect() as conn:
+        with mysql.connection() as conn:
             checks = verify_table(conn, warehouse, target, table, windows)
         bad = [c for c in checks if not c.ok]
         return dg.AssetCheckResult(

@@ -29,7 +29,7 @@ from s3rs_assets.warehouse import WarehouseResource
 
 def load_target(table: TableConfig, mysql: MySQLResource) -> LoadTarget:
     """The warehouse table as MySQL describes it now (new columns included)."""
-    with mysql.connect() as conn:
+    with mysql.connection() as conn:
         src = describe(conn, table)
     return LoadTarget.from_table_config(table, src.columns, src.primary_key)
 

@@ -73,3 +73,18 @@ def key_for(pdef: dg.TimeWindowPartitionsDefinition, ts: datetime) -> str | None
 
 def partition_keys(table: TableConfig) -> list[str]:
     return partitions_def(table).get_partition_keys()
+
+
+def windows(
+    pdef: dg.TimeWindowPartitionsDefinition, keys: list[str] | None = None
+) -> list[tuple[str, datetime, datetime]]:
+    """(key, start, end) of consecutive partitions (default: all of them), oldest first.
+
+    Parsed from the keys (each window ends where the next begins): 20 years of days cost
+    milliseconds, where asking Dagster for each window costs half a second."""
+    keys = pdef.get_partition_keys() if keys is None else keys
+    if not keys:
+        return []
+    starts = [datetime.strptime(k, pdef.fmt) for k in keys]
+    ends = starts[1:] + [window(pdef, keys[-1])[1]]
+    return list(zip(keys, starts, ends, strict=True))

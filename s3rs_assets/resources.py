@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from typing import Any
 
 import boto3
@@ -50,6 +52,7 @@ class MySQLResource(RedactedURL, dg.ConfigurableResource):
     """
 
     url: str = Field(description="mysql://user:password@host:port/database")
+    _conn: Any = PrivateAttr(default=None)
     connect_timeout: int = Field(default=10, description="Seconds to wait for a connection.")
     read_timeout: int = Field(default=600, description="Seconds one query may take.")
     ssh_host: str | None = Field(
@@ -125,6 +128,29 @@ class MySQLResource(RedactedURL, dg.ConfigurableResource):
                     f"cannot connect to MySQL at {p.redacted()}{via}: {e.args[-1]}"
                 ) from None
         raise AssertionError("unreachable")
+
+    @contextmanager
+    def connection(self) -> Iterator[pymysql.connections.Connection]:
+        """The run's MySQL connection: opened on first use and reused by every step of the
+        run (Dagster builds a resource per run), closed when the run ends. A connection the
+        server dropped meanwhile is reopened."""
+        conn = self._conn
+        if conn is not None:
+            try:
+                conn.ping(reconnect=False)
+            except pymysql.err.MySQLError:
+                with suppress(Exception):
+                    conn.close()
+                conn = None
+        if conn is None:
+            conn = self._conn = self.connect()
+        yield conn
+
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        if self._conn is not None:
+            with suppress(Exception):
+                self._conn.close()
+            self._conn = None
 
     def jdbc_url(self) -> str:
         # jdbc:mysql (not jdbc:mariadb) so Spark picks its MySQL dialect and quotes with

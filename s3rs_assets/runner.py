@@ -15,7 +15,7 @@ import dagster as dg
 from s3rs_assets.config import TableConfig
 from s3rs_assets.errors import ConfigError
 from s3rs_assets.names import RANGE_END_TAG, RANGE_START_TAG, TABLE_TAG, asset_key
-from s3rs_assets.partitions import partition_keys
+from s3rs_assets.partitions import partition_keys, partitions_def, windows
 from s3rs_assets.watermark import WatermarkRecord
 
 DEFINITIONS_MODULE = "s3rs_assets.definitions"
@@ -23,22 +23,19 @@ DEFINITIONS_MODULE = "s3rs_assets.definitions"
 
 def first_incomplete(table: TableConfig, record: WatermarkRecord | None, stage: str) -> str:
     """The first partition a sync of `stage` ("backup" or "load") has work in."""
-    keys = partition_keys(table)
+    all_windows = windows(partitions_def(table))
     if record is None:
-        return keys[0]
-    for key in keys:
-        state = record.partitions.get(key)
-        if stage == "backup" and (state is None or state.status != "complete"):
+        return all_windows[0][0]
+    for key, start, end in all_windows:
+        if stage == "backup" and not record.is_complete(key, start, end):
             return key
+        state = record.partitions.get(key)
         if stage == "load" and state is not None:
-            loaded = (
-                set(record.loaded_partitions[key].files)
-                if key in (record.loaded_partitions)
-                else set()
-            )
-            if any(f.key not in loaded for f in state.files) or state.status != "complete":
+            loaded = record.loaded_partitions.get(key)
+            done = set(loaded.files) if loaded else set()
+            if any(f.key not in done for f in state.files) or state.status != "complete":
                 return key
-    return keys[-1]
+    return all_windows[-1][0]
 
 
 @dataclass

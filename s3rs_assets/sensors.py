@@ -53,14 +53,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
-from zoneinfo import ZoneInfo
 
 import dagster as dg
 import pymysql
 
 from s3rs_assets.assets import build_sync_job
 from s3rs_assets.config import TableConfig
-from s3rs_assets.cursor import after, below, literal, position_token
+from s3rs_assets.cursor import below, literal, position_token
 from s3rs_assets.errors import ConfigError, S3rsError, SourceSchemaError, WatermarkError
 from s3rs_assets.identifiers import mysql_quote
 from s3rs_assets.io_manager import store_for
@@ -72,10 +71,17 @@ from s3rs_assets.names import (
     job_name,
     stage_keys,
 )
-from s3rs_assets.partitions import partitions_def, source_timezone, window
+from s3rs_assets.partitions import key_for, partitions_def, window, windows
 from s3rs_assets.resources import MySQLResource, S3Resource
-from s3rs_assets.source import SafetyBound, SourceTable, describe, safety_bound, server_now
-from s3rs_assets.watermark import Position, WatermarkRecord, iso
+from s3rs_assets.source import (
+    SafetyBound,
+    SourceTable,
+    describe,
+    first_row,
+    safety_bound,
+    server_now,
+)
+from s3rs_assets.watermark import PartitionState, Position, WatermarkRecord, iso
 from s3rs_assets.watermark_store import RecoveryReport, WatermarkStore
 
 WATERMARK_GUARD = "s3rs_watermark_guard"
@@ -449,11 +455,6 @@ class ProbeResult:
     complete: int = 0  # complete partitions left unprobed
 
 
-def _key_for(pdef: dg.TimeWindowPartitionsDefinition, ts: datetime) -> str:
-    aware = ts.replace(tzinfo=ZoneInfo(source_timezone())) if ts.tzinfo is None else ts
-    return pdef.get_partition_key_for_timestamp(aware.timestamp())
-
-
 def _probes(
     cfg: TableConfig, record: WatermarkRecord | None, upper: datetime
 ) -> tuple[list[Probe], int]:
@@ -469,21 +470,24 @@ def _probes(
     lo = window(pdef, first)[0]
     if upper <= lo:
         return [], 0
-    states = sorted(
-        (record.partitions.items() if record else []), key=lambda kv: kv[1].window_start
-    )
+    # complete partitions and closed (complete, empty) ranges are never probed
+    known: list[tuple[datetime, datetime, str | None, PartitionState | None]] = [
+        (p.window_start, p.window_end, k, p)
+        for k, p in (record.partitions.items() if record else [])
+    ]
+    known += [(r.start, r.end, None, None) for r in (record.closed if record else [])]
+    known.sort(key=lambda e: e[0])
     probes: list[Probe] = []
     complete = 0
     gap_start = lo
-    for key, state in states:
-        ws, we = state.window_start, state.window_end
+    for ws, we, key, state in known:
         if ws >= upper:
             break
         if we <= gap_start:
             continue  # a window before the first partition (the start was moved later)
         if ws > gap_start:
             probes.append(Probe(Position(c=gap_start, pk=None), ws, "unsynced"))
-        if state.status == "complete":
+        if state is None or state.status == "complete":
             complete += 1
         else:
             start = state.cursor
@@ -494,19 +498,6 @@ def _probes(
     if gap_start < upper:
         probes.append(Probe(Position(c=gap_start, pk=None), upper, "unsynced"))
     return probes, complete
-
-
-def _first_row(conn: Any, src: SourceTable, probe: Probe) -> Position | None:
-    keys = src.keys
-    cols = ", ".join(keys.quoted)
-    sql = (
-        f"SELECT {cols} FROM {src.qualified} WHERE {after(probe.start, keys)} "
-        f"AND {below(probe.end, keys)} ORDER BY {keys.order_by} LIMIT 1"
-    )
-    with conn.cursor() as cur:
-        cur.execute(sql)
-        row = cur.fetchone()
-    return None if row is None else Position(c=row[0], pk=list(row[1:]))
 
 
 def _newest_row(conn: Any, src: SourceTable, start: Position, upper: datetime) -> Position:
@@ -535,22 +526,20 @@ def find_new_data(
     done: list[Probe] = []
     for probe in probes:
         done.append(probe)
-        row = _first_row(conn, src, probe)
+        row = first_row(conn, src, probe.start, probe.end)
         if row is None:
             continue
         pdef = partitions_def(cfg)
         last = pdef.get_last_partition_key() or ""
         # The MySQL clock may run ahead of this host's: no partition past the last one.
-        first_key = min(_key_for(pdef, row.c), last)
+        first_key = min(key_for(pdef, row.c) or last, last)
         newest = _newest_row(conn, src, row, bound.upper)
-        last_key = min(_key_for(pdef, newest.c), last)
-        finished = {
-            k for k, s in (record.partitions.items() if record else []) if s.status == "complete"
-        }
+        last_key = min(key_for(pdef, newest.c) or last, last)
+        span = pdef.get_partition_keys_in_range(dg.PartitionKeyRange(first_key, last_key))
         ranges: list[list[str]] = []
         run: list[str] = []
-        for k in pdef.get_partition_keys_in_range(dg.PartitionKeyRange(first_key, last_key)):
-            if k not in finished:
+        for k, start, end in windows(pdef, list(span)):
+            if record is None or not record.is_complete(k, start, end):
                 run.append(k)
             elif run:
                 ranges.append(run)

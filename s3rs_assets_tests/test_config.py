@@ -56,7 +56,7 @@ def test_malicious_or_malformed_table_names(name):
         ("cursor", "update_at; DROP", "cursor column"),
         ("primary_key", ["id", "x'"], "primary key column"),
         ("primary_key", [], "primary_key must be"),
-        ("partition", "weekly", "partition must be"),
+        ("partition", "yearly", "partition must be one of hourly, daily, weekly, monthly"),
         ("chunk_rows", 0, "chunk_rows"),
         ("chunk_rows", "many", "chunk_rows"),
         ("lag", "soon", "lag"),

@@ -90,10 +90,10 @@ class Sensors:
         )
 
     def tick(self, name: str, cursor: str | None = None):
-        context = dg.build_sensor_context(
+        with dg.build_sensor_context(
             instance=self.instance, resources=self.res, cursor=cursor, definitions=self.defs
-        )
-        return self.sensors[name].evaluate_tick(context)
+        ) as context:  # a context manager: the MySQL resource closes its connection
+            return self.sensors[name].evaluate_tick(context)
 
 
 def res_for(mysql_url: str, s3: S3Resource) -> dict:
@@ -421,13 +421,13 @@ def test_new_data_requests_a_range_sync_once_per_change(
     # one launched like the UI's Materialize button (asset job, no s3rs tag) ...
     ui_run = instance.add_run(
         dg.DagsterRun(
-            job_name="__ASSET_JOB", status=dg.DagsterRunStatus.QUEUED,
+            job_name="__ASSET_JOB", status=dg.DagsterRunStatus.STARTING,
             asset_selection=frozenset({asset_key(cfg, "redshift_table")}),
         )
     )
     busy = s.tick(NEW_DATA)
     assert not busy.run_requests
-    assert f"{cfg.name}: run {ui_run.run_id[:8]} is QUEUED, not checked" in busy.skip_message
+    assert f"{cfg.name}: run {ui_run.run_id[:8]} is STARTING, not checked" in busy.skip_message
     # ... and a whole-job run (`dagster job execute` of the sync job)
     instance.delete_run(ui_run.run_id)
     run = instance.add_run(
@@ -517,8 +517,8 @@ NO_SPARK_SCRIPT = textwrap.dedent(
             dg.AssetMaterialization([cfg.schema, cfg.table, "s3_parquet"],
                                     partition="2025-03-05"))
         for sensor in build_sensors([cfg]):
-            ctx = dg.build_sensor_context(instance=instance, resources=res)
-            result = sensor(ctx)
+            with dg.build_sensor_context(instance=instance, resources=res) as ctx:
+                result = sensor(ctx)
             if isinstance(result, dg.SkipReason):
                 out[sensor.name] = {"skip": result.skip_message, "runs": []}
             else:

@@ -483,10 +483,11 @@ class AtomicPuts:
 
     def __init__(self, *stores: WatermarkStore):
         self.lock = threading.Lock()
-        for st in stores:
-            st.client.meta.events.register("before-call.s3.PutObject", self.enter)
-            st.client.meta.events.register("after-call.s3.PutObject", self.leave)
-            st.client.meta.events.register("after-call-error.s3.PutObject", self.leave)
+        clients = {id(st.client): st.client for st in stores}  # stores may share a client
+        for client in clients.values():
+            client.meta.events.register("before-call.s3.PutObject", self.enter)
+            client.meta.events.register("after-call.s3.PutObject", self.leave)
+            client.meta.events.register("after-call-error.s3.PutObject", self.leave)
 
     def enter(self, **_: Any) -> None:
         self.lock.acquire()
