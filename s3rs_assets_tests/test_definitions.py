@@ -107,7 +107,8 @@ def test_dagster_job_execute_syncs_a_range(tables_file, mysql_db, mysql_conn, my
     rec = store_for(s3_resource).read(f"{mysql_db}.def_orders")
     assert rec.mysql_rows_extracted == 2000 and rec.redshift_rows_loaded == 2000
     assert {k: p.status for k, p in rec.partitions.items()} == {
-        "2025-03-02": "complete", "2025-03-03": "complete", "2025-03-04": "complete"}
+        "2025-03-03": "complete", "2025-03-04": "complete"}
+    assert rec.is_complete("2025-03-02", datetime(2025, 3, 2), datetime(2025, 3, 3))  # empty
     from dagster._core.instance.ref import InstanceRef
 
     with dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(home))) as instance:
