@@ -18,7 +18,14 @@ import dagster as dg
 from s3rs_assets.backup import Scan, close_empty, scan
 from s3rs_assets.config import TableConfig
 from s3rs_assets.errors import ConfigError
-from s3rs_assets.names import RANGE_END_TAG, RANGE_START_TAG, TABLE_TAG, asset_key
+from s3rs_assets.names import (
+    RANGE_END_TAG,
+    RANGE_START_TAG,
+    REPOSITORY_LABEL,
+    REPOSITORY_TAG,
+    TABLE_TAG,
+    asset_key,
+)
 from s3rs_assets.partitions import partition_keys, partitions_def, windows
 from s3rs_assets.source import describe, safety_bound
 from s3rs_assets.watermark import WatermarkRecord
@@ -238,6 +245,7 @@ def execute(
         RANGE_START_TAG: plan.start,
         RANGE_END_TAG: plan.end,
         TABLE_TAG: plan.table.name,
+        REPOSITORY_TAG: REPOSITORY_LABEL,  # linked to the code location in the UI
         **(extra_tags or {}),
     }
     return dg.execute_job(
