@@ -26,7 +26,7 @@ test: ## run the whole test suite (extra pytest args: make test ARGS="-k cursor"
 ui: setup ## Dagster UI on the demo stack: open http://127.0.0.1:3000 (Ctrl-C stops it)
 	@source scripts/env.sh && bash scripts/moto.sh start && \
 	  echo "Dagster UI: http://127.0.0.1:3000 (DAGSTER_HOME=$$DAGSTER_HOME)" && \
-	  exec .venv/bin/dagster dev -m s3rs_assets.definitions -h 127.0.0.1 -p 3000
+	  exec .venv/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
 
 bench: setup ## run the benchmarks on the local stack (ARGS="...")
 	@source scripts/env.sh && bash scripts/moto.sh start && $(VENV_PY) -m benchmarks.run $(ARGS)

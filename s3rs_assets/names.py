@@ -31,6 +31,13 @@ TABLE_METADATA_KEY = "s3rs/table"
 CHECK_NAME = "matches_mysql"
 #: The asset check on `s3_parquet` naming partitions the next sync reads again.
 BACKUP_CHECK_NAME = "backup_complete"
+#: The code location's name (workspace.yaml, pyproject's [tool.dagster]).
+CODE_LOCATION = "s3rs"
+#: Dagster's hidden run tag naming the repository and code location a run belongs to; the
+#: UI's job pages and timeline find runs by it. Runs launched from the UI or the daemon get
+#: it by themselves; `dagster job execute` and the CLI's in-process runs are given it.
+REPOSITORY_TAG = ".dagster/repository"
+REPOSITORY_LABEL = f"__repository__@{CODE_LOCATION}"
 #: Dagster's run tags for a single-run partition range (documented, but not exported as
 #: constants by the public API).
 RANGE_START_TAG = "dagster/asset_partition_range_start"

@@ -199,6 +199,8 @@ def run_sync(first_day: str, last_day: str) -> None:
         {
             "dagster/asset_partition_range_start": first_day,
             "dagster/asset_partition_range_end": last_day,
+            # the UI's job page and timeline find runs of the code location by this tag
+            ".dagster/repository": "__repository__@s3rs",
         }
     )
     cmd = [
