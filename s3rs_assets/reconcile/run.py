@@ -173,7 +173,8 @@ def reconcile_table(
 ) -> ReconcileReport:
     """Compare (and with `options.apply`, repair) `table`; record the pass in its
     watermark's reconcile section. `checkpoint(name)` is called at "after_diff",
-    "after_repair_file", "after_pending" and inside the load (load.CHECKPOINTS)."""
+    "after_repair_file", "after_pending", inside the load (load.CHECKPOINTS) and at
+    "after_load" (committed, not yet recorded); what it raises stops the pass there."""
     say = log or (lambda _m: None)
     observe = checkpoint or (lambda _n: None)
     timings: dict[str, float] = {}
@@ -224,6 +225,7 @@ def reconcile_table(
             soft_col = True
         res = load_repair(warehouse, s3, target, pending, keys, checkpoint=observe)
         resumed.append(res)
+        observe("after_load")
         _record_loaded(store, table.name, pending)
         pending = None
 
@@ -287,6 +289,7 @@ def reconcile_table(
             keys = read_keys(s3, entry)
             report.repairs.append(load_repair(warehouse, s3, target, repair, keys,
                                               checkpoint=observe))
+            observe("after_load")
             _record_loaded(store, table.name, repair)
             timings["repair"] = time.monotonic() - t3
     timings["total"] = time.monotonic() - t0
