@@ -15,7 +15,8 @@ NUMERIC, Redshift as DECIMAL(38,0) (2^60 times any realistic row count fits).
 reconcile's row hashes: NULL (and a MySQL zero date, which s3rs carries as NULL) prints as
 `N`, text values carry their length in bytes (`5:hello`) so a separator inside a value
 cannot shift the next one, and floating-point values print in the shortest exact form on
-both sides (PostgreSQL's `1e+300` is written `1e300`, as MySQL writes it).
+both sides (PostgreSQL's `1e+300` is written `1e300`, as MySQL writes it; FLOAT is
+printed as the exact DOUBLE it widens to, since MySQL prints FLOAT with six digits).
 """
 
 from __future__ import annotations
@@ -102,6 +103,11 @@ def mysql_field(col: SourceColumn) -> str:
     """One value as reconcile hashes it in MySQL (see the module docstring)."""
     q = mysql_quote(col.name)
     text = _mysql_text(col)
+    wtype = column_type(col).warehouse
+    if wtype == "BOOLEAN":  # IF(NULL <> 0, ...) would print '0'
+        text = f"IF({q} IS NULL, NULL, {text})"
+    elif wtype == "REAL":  # MySQL prints FLOAT with 6 digits: print the exact value
+        text = f"CAST(CAST({q} AS DOUBLE) AS CHAR)"
     if _is_text(col):
         text = f"CONCAT(LENGTH({text}), ':', {text})"
     if col.data_type in ("datetime", "timestamp", "date"):
@@ -111,7 +117,13 @@ def mysql_field(col: SourceColumn) -> str:
 
 def warehouse_field(col: SourceColumn, dialect: Dialect) -> str:
     """The same value as `mysql_field` prints it, in the warehouse."""
+    q = pg_quote(col.name)
     text = _warehouse_text(col, dialect)
+    wtype = column_type(col).warehouse
+    if wtype == "BOOLEAN":
+        text = f"CASE WHEN {q} IS NULL THEN NULL ELSE {text} END"
+    elif wtype == "REAL":
+        text = f"REPLACE(CAST(CAST({q} AS DOUBLE PRECISION) AS VARCHAR), 'e+', 'e')"
     if _is_text(col):
         text = f"CAST(OCTET_LENGTH({text}) AS VARCHAR) || ':' || {text}"
     return f"COALESCE({text}, 'N')"

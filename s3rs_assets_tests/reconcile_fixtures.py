@@ -71,6 +71,11 @@ class Env:
         )
 
 
+def make_env(mysql_conn, mysql_url, mysql_db, pg_url, s3_resource) -> Env:
+    return Env(mysql_conn, MySQLResource(url=mysql_url), WarehouseResource(url=pg_url),
+               s3_resource, pg_url, mysql_db)
+
+
 def new_table(env: Env, columns_ddl: str, *, collate: str = "utf8mb4_general_ci",
               **cfg: Any) -> TableConfig:
     name = f"rc_{uuid.uuid4().hex[:8]}"

@@ -9,14 +9,13 @@ from datetime import timedelta
 import pytest
 
 from s3rs_assets.errors import ConfigError
-from s3rs_assets.resources import MySQLResource
-from s3rs_assets.warehouse import WarehouseResource
 from s3rs_assets_tests.reconcile_fixtures import (
     KEY_DDL,
     T0,
     Env,
     copy_to_warehouse,
     key_of,
+    make_env,
     mysql_rows,
     new_table,
     stamp,
@@ -28,8 +27,7 @@ N = 240
 
 @pytest.fixture
 def env(mysql_conn, mysql_url, mysql_db, pg_url, s3_resource) -> Env:
-    return Env(mysql_conn, MySQLResource(url=mysql_url), WarehouseResource(url=pg_url),
-               s3_resource, pg_url, mysql_db)
+    return make_env(mysql_conn, mysql_url, mysql_db, pg_url, s3_resource)
 
 
 def _make(env: Env, kind: str, n: int = N, **cfg):

@@ -9,17 +9,15 @@ import pytest
 
 from s3rs_assets.load import CHECKPOINTS
 from s3rs_assets.reconcile.repair import REPAIR_PARTITION
-from s3rs_assets_tests.reconcile_fixtures import warehouse_rows
-from s3rs_assets_tests.test_reconcile import (  # noqa: F401 - the env fixture
-    CASES,
-    _assert_same,
-    _make,
-    _pg_where,
-    _where,
-    env,
-)
+from s3rs_assets_tests.reconcile_fixtures import Env, make_env, warehouse_rows
+from s3rs_assets_tests.test_reconcile import CASES, _assert_same, _make, _pg_where, _where
 
 STEPS = ("after_diff", "after_repair_file", "after_pending", *CHECKPOINTS, "after_load")
+
+
+@pytest.fixture
+def env(mysql_conn, mysql_url, mysql_db, pg_url, s3_resource) -> Env:
+    return make_env(mysql_conn, mysql_url, mysql_db, pg_url, s3_resource)
 
 
 class Crash(Exception):

@@ -228,6 +228,8 @@ def mysql_select_list(target: LoadTarget) -> str:
             out.append(f"IF({q} = 0, NULL, {q}) AS {q}")
         elif c.data_type in ("bit", "year") or c.column_type.startswith("tinyint(1)"):
             out.append(f"CAST({q} AS UNSIGNED) AS {q}")
+        elif c.data_type == "float":  # the text protocol would round it to 6 digits
+            out.append(f"CAST({q} AS DOUBLE) AS {q}")
         elif c.data_type == "time":
             out.append(f"CAST({q} AS CHAR) AS {q}")
         else:
