@@ -12,7 +12,6 @@ Dagster-layer code kept beside the stage it drives; it builds the watermark stor
 the S3 resource itself (core), so nothing here imports the IO manager.
 """
 
-from __future__ import annotations
 
 from typing import Literal
 
@@ -65,7 +64,7 @@ def build_reconcile_check(table: TableConfig) -> dg.AssetChecksDefinition:
         s3: S3Resource,
         warehouse: WarehouseResource,
     ) -> dg.AssetCheckResult:
-        store = WatermarkStore(s3.client(), s3.bucket, s3.layout, context.run_id)
+        store = WatermarkStore(s3.client(), s3.bucket, s3.layout, context.run.run_id)
         options = ReconcileOptions(
             columns=config.columns, apply=config.apply, threshold=config.threshold
         )
