@@ -1186,5 +1186,9 @@ def verify(name: str, from_key: str | None, to_key: str | None, as_json: bool) -
         sys.exit(1)
 
 
+from s3rs_assets.cli_reconcile import reconcile  # noqa: E402  (issue 10; moves on the cli split)
+
+main.add_command(reconcile)
+
 if __name__ == "__main__":  # pragma: no cover
     main()

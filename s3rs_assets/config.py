@@ -34,6 +34,7 @@ _KNOWN_KEYS = {
     "target",
     "parallelism",
     "reader",
+    "deletes",
 }
 
 
@@ -65,6 +66,8 @@ class TableConfig:
     target: str = ""
     parallelism: int = 2
     reader: Literal["connectorx", "jdbc"] = "connectorx"
+    #: how reconcile removes rows deleted in MySQL: delete them, or stamp _s3rs_deleted_at
+    deletes: Literal["hard", "soft"] = "hard"
 
     @property
     def schema(self) -> str:
@@ -132,6 +135,9 @@ class TableConfig:
             raise ConfigError(
                 f"table {name}: reader must be 'connectorx' or 'jdbc', not {reader!r}"
             )
+        deletes = raw.get("deletes", "hard")
+        if deletes not in ("hard", "soft"):
+            raise ConfigError(f"table {name}: deletes must be 'hard' or 'soft', not {deletes!r}")
         target = raw.get("target") or name
         split_qualified(target, f"table {name}: target")
         return cls(
@@ -145,6 +151,7 @@ class TableConfig:
             target=target,
             parallelism=parallelism,
             reader=reader,
+            deletes=deletes,
         )
 
 

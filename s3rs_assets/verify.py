@@ -10,6 +10,13 @@ other than key and cursor are not compared.
 
 Sums are exact: MySQL sums the hashes as UNSIGNED (SUM returns DECIMAL), PostgreSQL as
 NUMERIC, Redshift as DECIMAL(38,0) (2^60 times any realistic row count fits).
+
+`mysql_field` / `warehouse_field` extend the same per-type text to any column, for
+reconcile's row hashes: NULL (and a MySQL zero date, which s3rs carries as NULL) prints as
+`N`, text values carry their length in bytes (`5:hello`) so a separator inside a value
+cannot shift the next one, and floating-point values print in the shortest exact form on
+both sides (PostgreSQL's `1e+300` is written `1e300`, as MySQL writes it; FLOAT is
+printed as the exact DOUBLE it widens to, since MySQL prints FLOAT with six digits).
 """
 
 from __future__ import annotations
@@ -65,6 +72,8 @@ def _mysql_text(col: SourceColumn) -> str:
         return f"LOWER(HEX({q}))"
     if t.startswith("VARCHAR") and column_type(col).select_cast is None:
         return f"CONVERT({q} USING utf8mb4)"
+    if column_type(col).select_cast == "UNSIGNED":  # BIT(n), YEAR: as the reader reads them
+        return f"CAST(CAST({q} AS UNSIGNED) AS CHAR)"
     return f"CAST({q} AS CHAR)"
 
 
@@ -81,7 +90,56 @@ def _warehouse_text(col: SourceColumn, dialect: Dialect) -> str:
         return f"ENCODE({q}, 'hex')" if dialect == "postgres" else f"TO_HEX({q})"
     if t.startswith("VARCHAR"):
         return q
+    if t in ("REAL", "DOUBLE PRECISION"):
+        return f"REPLACE(CAST({q} AS VARCHAR), 'e+', 'e')"
     return f"CAST({q} AS VARCHAR)"
+
+
+def _is_text(col: SourceColumn) -> bool:
+    return column_type(col).warehouse.startswith("VARCHAR")
+
+
+def mysql_field(col: SourceColumn) -> str:
+    """One value as reconcile hashes it in MySQL (see the module docstring)."""
+    q = mysql_quote(col.name)
+    text = _mysql_text(col)
+    wtype = column_type(col).warehouse
+    if wtype == "BOOLEAN":  # IF(NULL <> 0, ...) would print '0'
+        text = f"IF({q} IS NULL, NULL, {text})"
+    elif wtype == "REAL":  # MySQL prints FLOAT with 6 digits: print the exact value
+        text = f"CAST(CAST({q} AS DOUBLE) AS CHAR)"
+    if _is_text(col):
+        text = f"CONCAT(LENGTH({text}), ':', {text})"
+    if col.data_type in ("datetime", "timestamp", "date"):
+        text = f"IF({q} = 0, NULL, {text})"
+    return f"COALESCE({text}, 'N')"
+
+
+def warehouse_field(col: SourceColumn, dialect: Dialect) -> str:
+    """The same value as `mysql_field` prints it, in the warehouse."""
+    q = pg_quote(col.name)
+    text = _warehouse_text(col, dialect)
+    wtype = column_type(col).warehouse
+    if wtype == "BOOLEAN":
+        text = f"CASE WHEN {q} IS NULL THEN NULL ELSE {text} END"
+    elif wtype == "REAL":
+        text = f"REPLACE(CAST(CAST({q} AS DOUBLE PRECISION) AS VARCHAR), 'e+', 'e')"
+    if _is_text(col):
+        text = f"CAST(OCTET_LENGTH({text}) AS VARCHAR) || ':' || {text}"
+    return f"COALESCE({text}, 'N')"
+
+
+def mysql_row_hash(fields: list[str]) -> str:
+    """60-bit hash of the `|`-joined texts, as an exact integer (SUM returns DECIMAL)."""
+    parts = ", '|', ".join(fields)
+    return f"CAST(CONV(SUBSTRING(MD5(CONCAT({parts})), 1, 15), 16, 10) AS UNSIGNED)"
+
+
+def warehouse_row_hash(fields: list[str], dialect: Dialect) -> str:
+    text = " || '|' || ".join(fields)
+    if dialect == "redshift":
+        return f"CAST(STRTOL(SUBSTRING(MD5({text}), 1, 15), 16) AS DECIMAL(38,0))"
+    return f"('x' || SUBSTR(MD5({text}), 1, 15))::BIT(60)::BIGINT"
 
 
 def _key_columns(target: LoadTarget) -> list[SourceColumn]:
@@ -90,15 +148,11 @@ def _key_columns(target: LoadTarget) -> list[SourceColumn]:
 
 
 def mysql_hash_expr(target: LoadTarget) -> str:
-    parts = ", '|', ".join(_mysql_text(c) for c in _key_columns(target))
-    return f"CAST(CONV(SUBSTRING(MD5(CONCAT({parts})), 1, 15), 16, 10) AS UNSIGNED)"
+    return mysql_row_hash([_mysql_text(c) for c in _key_columns(target)])
 
 
 def warehouse_hash_expr(target: LoadTarget, dialect: Dialect) -> str:
-    text = " || '|' || ".join(_warehouse_text(c, dialect) for c in _key_columns(target))
-    if dialect == "redshift":
-        return f"CAST(STRTOL(SUBSTRING(MD5({text}), 1, 15), 16) AS DECIMAL(38,0))"
-    return f"('x' || SUBSTR(MD5({text}), 1, 15))::BIT(60)::BIGINT"
+    return warehouse_row_hash([_warehouse_text(c, dialect) for c in _key_columns(target)], dialect)
 
 
 def _bucket(quoted_cursor: str, n: int) -> str:

@@ -193,6 +193,8 @@ class WatermarkRecord(_Model):
     #: what the last backup run found it could not read (None before the first run)
     source_counts: SourceCounts | None = None
     backup_metadata: BackupMetadata | None = None
+    #: the last `s3rs reconcile` of the table and its repair files (ReconcileState below)
+    reconcile: ReconcileState | None = None
 
     @classmethod
     def new(cls, table_name: str) -> WatermarkRecord:
@@ -409,3 +411,43 @@ def _v1_to_v2(raw: dict[str, Any]) -> dict[str, Any]:
         else:
             closed.append({"start": start, "end": end})
     return {**raw, "schema_version": 2, "partitions": kept, "closed": closed}
+
+
+# --------------------------------------------------------------------------- reconcile
+# Written by s3rs_assets.reconcile only; optional, so records without it stay valid.
+
+
+class ReconcileRepair(_Model):
+    """One repair file of reconcile: rows re-read from MySQL by key (the file) and the keys
+    to delete or replace in the warehouse (kept in the file's metadata), loaded through the
+    ledger under partition `_repair`. `loaded_at` None: written, not known to be loaded."""
+
+    file: FileEntry
+    upserts: NonNegativeInt = 0
+    deletes: NonNegativeInt = 0
+    soft: bool = False
+    bound: datetime
+    created_at: datetime = Field(default_factory=utcnow)
+    loaded_at: datetime | None = None
+
+
+class ReconcileState(_Model):
+    """What the last reconcile compared, found and repaired (counts per kind)."""
+
+    last_run_at: datetime | None = None
+    columns: Literal["key", "all"] = "key"
+    applied: bool = False
+    bound: datetime | None = None
+    ranges_compared: NonNegativeInt = 0
+    mysql_rows: NonNegativeInt = 0
+    warehouse_rows: NonNegativeInt = 0
+    found: dict[str, NonNegativeInt] = Field(default_factory=dict)
+    repaired: dict[str, NonNegativeInt] = Field(default_factory=dict)
+    seconds: float = 0.0
+    #: a repair file written but not yet known to be loaded: the next --apply loads it
+    pending: ReconcileRepair | None = None
+    #: loaded repair files, newest last (the last 50)
+    repairs: list[ReconcileRepair] = Field(default_factory=list)
+
+
+WatermarkRecord.model_rebuild()

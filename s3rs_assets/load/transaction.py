@@ -24,6 +24,9 @@ One load is one transaction, whatever the dialect:
 DDL (ddl.ensure_target) runs before, outside the transaction. `checkpoint=` is the one
 observer a caller gets inside the transaction: it is called with each name of CHECKPOINTS,
 and an exception it raises aborts the load there (tests crash loads that way).
+`before_merge=` runs the caller's own statements on the load's connection after the COPY
+and before the merge, in the same transaction (reconcile deletes keys there), so they
+commit exactly when the files' ledger rows do, and never for a file already loaded.
 """
 
 from __future__ import annotations
@@ -156,6 +159,7 @@ def load_files(
     files: list[FileEntry],
     *,
     checkpoint: Callable[[str], None] | None = None,
+    before_merge: Callable[[WarehouseConnection], None] | None = None,
     max_attempts: int = 5,
     backoff_seconds: float = 0.5,
 ) -> LoadResult:
@@ -177,7 +181,9 @@ def load_files(
         result.load_id = uuid.uuid4().hex
         conn = warehouse.connect()
         try:
-            _load_once(conn, warehouse, s3, target, partition_key, files, result, observe)
+            _load_once(
+                conn, warehouse, s3, target, partition_key, files, result, observe, before_merge
+            )
             break
         except Exception as e:
             conn.rollback()
@@ -217,6 +223,7 @@ def _load_once(
     files: Sequence[FileEntry],
     result: LoadResult,
     checkpoint: Callable[[str], None],
+    before_merge: Callable[[WarehouseConnection], None] | None = None,
 ) -> None:
     """One attempt: steps 1-5 of the module docstring, committed or raising."""
     settled = ledger.settle(conn, target)
@@ -242,6 +249,8 @@ def _load_once(
     staged, distinct_keys = _stage(conn, warehouse, s3, target, partition_key, todo)
     result.copy_seconds = time.monotonic() - t0
     checkpoint("after_copy")
+    if before_merge is not None:
+        before_merge(conn)
 
     t1 = time.monotonic()
     delete, insert, drop = merge_sql(target, dedupe=distinct_keys != staged)

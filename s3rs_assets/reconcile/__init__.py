@@ -1,0 +1,40 @@
+"""Reconcile: find and repair what a cursor-based sync cannot see.
+
+A sync by (cursor, primary key) misses rows deleted in MySQL, rows changed without a new
+cursor value, rows whose cursor moved backwards, rows with a NULL cursor and rows the
+application stamped below the watermark after it passed. Reconcile compares the two
+databases by primary key instead, with checksums computed inside both, and repairs through
+the same exactly-once load.
+
+    keys.py    key segments both databases select identically (integer intervals, MD5
+               prefixes of the key's canonical text), and how a segment splits
+    sql.py     the SQL text, pure builders for MySQL, PostgreSQL and Redshift
+    diff.py    the bisection: per-segment checksums, then leaf rows compared by key
+    repair.py  re-read by key, the repair file, its load with deletes in the same
+               transaction
+    run.py     one pass over one table (`reconcile_table`), its report and record
+    check.py   the `reconciled` asset check and the optional schedules
+
+What is compared: rows with a cursor below the run's safety bound, or NULL, on both sides.
+`columns="key"` (default) hashes (primary key, cursor): it finds missing, extra and
+re-stamped rows. `columns="all"` hashes every carried column, and so also finds edits that
+did not touch the cursor, at the price of reading every column.
+"""
+
+from s3rs_assets.reconcile.diff import KINDS, Difference, DiffResult
+from s3rs_assets.reconcile.run import (
+    REPORT_VERSION,
+    ReconcileOptions,
+    ReconcileReport,
+    reconcile_table,
+)
+
+__all__ = [
+    "KINDS",
+    "REPORT_VERSION",
+    "DiffResult",
+    "Difference",
+    "ReconcileOptions",
+    "ReconcileReport",
+    "reconcile_table",
+]

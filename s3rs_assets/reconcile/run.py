@@ -1,0 +1,357 @@
+"""One reconcile pass over one table: validate, (finish a pending repair), diff, repair,
+record. What `s3rs reconcile`, the `reconciled` asset check and the schedule all call.
+
+Bad input changes nothing: the table, options, MySQL table, watermark (a table never
+synced has none) and warehouse target are all checked before the first write.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from s3rs_assets.config import TableConfig
+from s3rs_assets.errors import ConfigError
+from s3rs_assets.load import LoadTarget
+from s3rs_assets.reconcile.diff import KINDS, Differ, DiffResult
+from s3rs_assets.reconcile.keys import restrict, root
+from s3rs_assets.reconcile.repair import (
+    RepairPlan,
+    RepairResult,
+    describe_examples,
+    load_repair,
+    plan_repair,
+    read_keys,
+    write_repair_file,
+)
+from s3rs_assets.reconcile.sql import (
+    DELETED_AT,
+    TableSQL,
+    add_deleted_at_sql,
+    first_key_is_integer,
+)
+from s3rs_assets.resources import MySQLResource, S3Resource
+from s3rs_assets.source import describe, safety_bound
+from s3rs_assets.warehouse import WarehouseResource
+from s3rs_assets.watermark import ReconcileRepair, ReconcileState, WatermarkRecord, utcnow
+from s3rs_assets.watermark_store import WatermarkStore
+
+#: JSON document version of `ReconcileReport.as_json` (bump on incompatible change)
+REPORT_VERSION = 1
+#: loaded repair files the record keeps
+REPAIRS_KEPT = 50
+
+
+@dataclass(frozen=True)
+class ReconcileOptions:
+    columns: Literal["key", "all"] = "key"
+    apply: bool = False
+    from_key: int | None = None
+    to_key: int | None = None
+    threshold: int = 256
+    workers: int = 2
+    examples: int = 10
+    max_repairs: int = 100_000
+
+    def check(self, table: str) -> None:
+        if self.columns not in ("key", "all"):
+            raise ConfigError(f"{table}: --columns must be 'key' or 'all', not {self.columns!r}")
+        if (
+            self.from_key is not None
+            and self.to_key is not None
+            and self.from_key > self.to_key
+        ):
+            raise ConfigError(f"{table}: --from {self.from_key} is after --to {self.to_key}")
+        for name, v, lo in (("threshold", self.threshold, 1), ("workers", self.workers, 1),
+                            ("max_repairs", self.max_repairs, 1), ("examples", self.examples, 0)):
+            if not isinstance(v, int) or v < lo:
+                raise ConfigError(f"{table}: {name} must be an integer >= {lo}, not {v!r}")
+
+
+@dataclass
+class ReconcileReport:
+    table: str
+    target: str
+    dialect: str
+    columns: str
+    applied: bool
+    bound: datetime
+    diff: DiffResult
+    examples: int = 10
+    plan: RepairPlan | None = None
+    repairs: list[RepairResult] = field(default_factory=list)
+    resumed: list[RepairResult] = field(default_factory=list)
+    pending: str | None = None  # a repair left pending by a crashed run (not applied now)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def counts(self) -> dict[str, int]:
+        return {k: self.diff.count(k) for k in KINDS}
+
+    @property
+    def total(self) -> int:
+        return len(self.diff.differences)
+
+    def repaired(self) -> dict[str, int]:
+        r = self.repairs
+        return {
+            "upserted": sum(x.upserts for x in r if x.loaded),
+            "deleted": sum(x.deletes for x in r if x.loaded and not x.soft),
+            "soft_deleted": sum(x.rows_soft_deleted for x in r if x.loaded),
+        }
+
+    def as_json(self, *, full: bool = True) -> dict[str, Any]:
+        """The stable document `s3rs reconcile --json` prints (REPORT_VERSION)."""
+        d = self.diff
+        doc: dict[str, Any] = {
+            "version": REPORT_VERSION,
+            "table": self.table,
+            "target": self.target,
+            "dialect": self.dialect,
+            "columns": self.columns,
+            "applied": self.applied,
+            "safety_bound": self.bound.isoformat(timespec="microseconds"),
+            "counts": self.counts(),
+            "total_differences": self.total,
+            "mysql_rows": d.mysql_rows,
+            "warehouse_rows": d.warehouse_rows,
+            "ranges_compared": d.segments_compared,
+            "leaves_fetched": d.leaves_fetched,
+            "rows_fetched": d.rows_fetched,
+            "levels": d.levels,
+            "queries": d.queries,
+            "examples": describe_examples(d.differences, self.examples),
+            "timings": {k: round(v, 3) for k, v in self.timings.items()},
+            "pending_repair": self.pending,
+        }
+        if full:
+            doc["differences"] = [x.as_json() for x in d.differences]
+        if self.plan is not None:
+            doc["repair"] = {
+                "planned_upserts": self.plan.upserts,
+                "planned_deletes": self.plan.deletes,
+                "skipped": dict(self.plan.skipped),
+                **self.repaired(),
+                "files": [r.file for r in self.repairs],
+            }
+        if self.resumed:
+            doc["resumed_repairs"] = [
+                {"file": r.file, "loaded_now": r.loaded} for r in self.resumed
+            ]
+        return doc
+
+
+def _warehouse_columns(warehouse: WarehouseResource, target: LoadTarget) -> set[str] | None:
+    schema, table = target.schema, target.table
+    if warehouse.dialect == "redshift":
+        schema, table = schema.lower(), table.lower()
+    with warehouse.connection(autocommit=True) as conn:
+        rows = conn.query(
+            "SELECT column_name FROM information_schema.columns "
+            "WHERE table_schema = %s AND table_name = %s",
+            (schema, table),
+        )
+    return {str(r[0]) for r in rows} or None
+
+
+def _fold(name: str, dialect: str) -> str:
+    return name.lower() if dialect == "redshift" else name
+
+
+def reconcile_table(
+    table: TableConfig,
+    mysql: MySQLResource,
+    warehouse: WarehouseResource,
+    s3: S3Resource,
+    store: WatermarkStore,
+    options: ReconcileOptions,
+    *,
+    checkpoint: Callable[[str], None] | None = None,
+    log: Callable[[str], None] | None = None,
+) -> ReconcileReport:
+    """Compare (and with `options.apply`, repair) `table`; record the pass in its
+    watermark's reconcile section. `checkpoint(name)` is called at "after_diff",
+    "after_repair_file", "after_pending", inside the load (load.CHECKPOINTS) and at
+    "after_load" (committed, not yet recorded); what it raises stops the pass there."""
+    say = log or (lambda _m: None)
+    observe = checkpoint or (lambda _n: None)
+    timings: dict[str, float] = {}
+    t0 = time.monotonic()
+    options.check(table.name)
+
+    # ----------------------------------------------------------- validation
+    with mysql.connect() as conn:
+        src = describe(conn, table)
+    target = LoadTarget.from_table_config(table, src.columns, src.primary_key)
+    integer_key = first_key_is_integer(target)
+    if (options.from_key is not None or options.to_key is not None) and not integer_key:
+        raise ConfigError(
+            f"{table.name}: --from/--to need an integer first primary-key column; "
+            f"{target.primary_key[0]!r} is {next(c.column_type for c in src.columns if c.name == target.primary_key[0])}"  # noqa: E501
+        )
+    record = store.read(table.name)
+    if record is None:
+        raise ConfigError(
+            f"{table.name} has never been synced (no watermark): run `s3rs sync -t "
+            f"{table.name}` first; nothing was compared"
+        )
+    have = _warehouse_columns(warehouse, target)
+    if have is None:
+        raise ConfigError(
+            f"{table.name}: the warehouse table {target.qualified} does not exist "
+            f"({warehouse.redacted()}): the table has never been loaded; run `s3rs sync -t "
+            f"{table.name}` first; nothing was compared"
+        )
+    lacking = [c.name for c in target.columns if _fold(c.name, warehouse.dialect) not in have]
+    if lacking:
+        raise ConfigError(
+            f"{table.name}: warehouse table {target.qualified} lacks column(s) {lacking} "
+            "that MySQL has: the next load adds them; run a sync first"
+        )
+    soft_col = _fold(DELETED_AT, warehouse.dialect) in have
+    timings["validate"] = time.monotonic() - t0
+
+    # ------------------------------------------- finish a repair a crash left
+    state = record.reconcile
+    resumed: list[RepairResult] = []
+    pending = state.pending if state else None
+    if pending is not None and options.apply:
+        say(f"{table.name}: finishing the pending repair {pending.file.key}")
+        keys = read_keys(s3, pending.file)
+        if pending.soft and not soft_col:
+            _add_deleted_at(warehouse, target)
+            soft_col = True
+        res = load_repair(warehouse, s3, target, pending, keys, checkpoint=observe)
+        resumed.append(res)
+        observe("after_load")
+        _record_loaded(store, table.name, pending)
+        pending = None
+
+    # ------------------------------------------------------------------- diff
+    t1 = time.monotonic()
+    with mysql.connect() as conn:
+        bound = safety_bound(conn, table.lag).upper
+    mside = TableSQL("mysql", table.schema, table.table, target, options.columns)
+    wside = TableSQL(
+        warehouse.dialect, target.schema, target.table, target, options.columns, soft_col
+    )
+    differ = Differ(
+        mysql, warehouse, mside, wside, bound, threshold=options.threshold,
+        workers=options.workers,
+    )
+    start = root(integer_key, differ.bounds() if integer_key else None)
+    start = restrict(start, options.from_key, options.to_key)
+    estimate = _estimate_rows(mysql, table)
+    diff = differ.run(start, estimate)
+    timings["diff"] = time.monotonic() - t1
+    say(
+        f"{table.name}: {diff.mysql_rows:,} MySQL rows and {diff.warehouse_rows:,} warehouse "
+        f"rows below {bound.isoformat()} compared in {timings['diff']:.2f}s: "
+        + ", ".join(f"{n} {k}" for k, n in ((k, diff.count(k)) for k in KINDS))
+    )
+    observe("after_diff")
+
+    report = ReconcileReport(
+        table=table.name,
+        target=target.qualified,
+        dialect=warehouse.dialect,
+        columns=options.columns,
+        applied=options.apply,
+        bound=bound,
+        diff=diff,
+        examples=options.examples,
+        resumed=resumed,
+        pending=pending.file.key if pending else None,
+        timings=timings,
+    )
+
+    # ----------------------------------------------------------------- repair
+    if options.apply and diff.differences:
+        t2 = time.monotonic()
+        with mysql.connect() as conn, warehouse.connection(autocommit=True) as wconn:
+            plan = plan_repair(conn, wconn, mside, wside, diff, bound, options.max_repairs)
+        report.plan = plan
+        timings["confirm"] = time.monotonic() - t2
+        if not plan.empty:
+            soft = table.deletes == "soft"
+            if soft and not soft_col:
+                _add_deleted_at(warehouse, target)
+            t3 = time.monotonic()
+            entry = write_repair_file(s3, (table.schema, table.table), target, plan, bound)
+            observe("after_repair_file")
+            repair = ReconcileRepair(
+                file=entry, upserts=plan.upserts, deletes=plan.deletes, soft=soft, bound=bound
+            )
+            _record_pending(store, table.name, repair)
+            observe("after_pending")
+            keys = read_keys(s3, entry)
+            report.repairs.append(load_repair(warehouse, s3, target, repair, keys,
+                                              checkpoint=observe))
+            observe("after_load")
+            _record_loaded(store, table.name, repair)
+            timings["repair"] = time.monotonic() - t3
+    timings["total"] = time.monotonic() - t0
+    _record_run(store, table.name, report)
+    return report
+
+
+def _add_deleted_at(warehouse: WarehouseResource, target: LoadTarget) -> None:
+    with warehouse.connection(autocommit=True) as conn:
+        conn.execute(add_deleted_at_sql(target))
+
+
+def _estimate_rows(mysql: MySQLResource, table: TableConfig) -> int:
+    """InnoDB's row estimate (free): it only sizes the first split."""
+    with mysql.connect() as conn, conn.cursor() as cur:
+        cur.execute(
+            "SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s "
+            "AND TABLE_NAME = %s",
+            (table.schema, table.table),
+        )
+        row = cur.fetchone()
+    return int(row[0] or 0) if row else 0
+
+
+def _state(rec: WatermarkRecord) -> ReconcileState:
+    if rec.reconcile is None:
+        rec.reconcile = ReconcileState()
+    return rec.reconcile
+
+
+def _record_pending(store: WatermarkStore, table: str, repair: ReconcileRepair) -> None:
+    def change(rec: WatermarkRecord) -> None:
+        _state(rec).pending = repair
+
+    store.update(table, change)
+
+
+def _record_loaded(store: WatermarkStore, table: str, repair: ReconcileRepair) -> None:
+    done = repair.model_copy(update={"loaded_at": utcnow()})
+
+    def change(rec: WatermarkRecord) -> None:
+        st = _state(rec)
+        if st.pending is not None and st.pending.file.key == repair.file.key:
+            st.pending = None
+        st.repairs = [r for r in st.repairs if r.file.key != done.file.key][-REPAIRS_KEPT + 1 :]
+        st.repairs.append(done)
+
+    store.update(table, change)
+
+
+def _record_run(store: WatermarkStore, table: str, report: ReconcileReport) -> None:
+    def change(rec: WatermarkRecord) -> None:
+        st = _state(rec)
+        st.last_run_at = utcnow()
+        st.columns = report.columns  # type: ignore[assignment]
+        st.applied = report.applied
+        st.bound = report.bound
+        st.ranges_compared = report.diff.segments_compared
+        st.mysql_rows = report.diff.mysql_rows
+        st.warehouse_rows = report.diff.warehouse_rows
+        st.found = report.counts()
+        st.repaired = report.repaired() if report.applied else {}
+        st.seconds = round(report.timings.get("total", 0.0), 3)
+
+    store.update(table, change)

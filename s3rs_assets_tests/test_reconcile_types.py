@@ -1,0 +1,84 @@
+"""Both hash modes print every type of the type mapping byte for byte alike in MySQL and
+PostgreSQL: one test per type, with the values that break naive canonical forms."""
+
+from __future__ import annotations
+
+import pytest
+
+from s3rs_assets.verify import mysql_field, warehouse_field
+from s3rs_assets_tests.reconcile_fixtures import Env, copy_to_warehouse, make_env, new_table
+
+#: MySQL column type -> SQL literals inserted (NULL always added)
+TYPES = {
+    "tinyint(1)": ["0", "1", "2", "-1"],
+    "bit(1)": ["b'0'", "b'1'"],
+    "bit(12)": ["b'0'", "b'111111111111'", "5"],
+    "tinyint": ["-128", "127", "0"],
+    "smallint": ["-32768", "32767"],
+    "smallint unsigned": ["65535"],
+    "mediumint": ["-8388608", "8388607"],
+    "int": ["-2147483648", "2147483647"],
+    "int unsigned": ["4294967295"],
+    "bigint": ["-9223372036854775808", "9223372036854775807"],
+    "bigint unsigned": ["18446744073709551615", "0"],
+    "decimal(18,4)": ["99999999999999.9999", "-0.0001", "0", "12.5"],
+    "decimal(38,10)": ["9999999999999999999999999999.9999999999", "-1"],
+    "decimal(5,0)": ["-99999", "7"],
+    "float": ["0.1", "1.5e38", "-3.25", "1e-30", "16777216"],
+    "double": ["1/7", "1.5e300", "1e-300", "1e15", "123456789012345678", "-0.5", "100000",
+               "0.000123"],
+    "date": ["'1970-01-01'", "'9999-12-31'", "'2024-02-29'"],
+    "datetime(6)": ["'2024-03-10 02:30:00.000001'", "'9999-12-31 23:59:59.999999'",
+                    "'2000-01-01 00:00:00'"],
+    "datetime": ["'2024-03-10 02:30:00'"],
+    "timestamp(6)": ["'2024-03-10 02:30:00.123456'", "'1970-01-02 00:00:00'"],
+    "time": ["'838:59:59'", "'-12:00:00'", "'00:00:00'"],
+    "time(6)": ["'12:34:56.000001'"],
+    "year": ["1901", "2155"],
+    "char(3)": ["'abc'", "''", "'a|'"],
+    "varchar(100)": ["''", "'a|b'", "'x '", "'🚚 𠮷 é'", "'N'", "'1:N'", "'tab\\tnl\\n'"],
+    "text": ["REPEAT('long ', 2000)", "'back\\\\slash'"],
+    "json": ["'{\"a\": [1, 2.5, null], \"b\": \"🚚\"}'", "'[]'"],
+    "enum('a','b c')": ["'a'", "'b c'"],
+    "set('x','y')": ["'x,y'", "''"],
+    "binary(4)": ["x'00ff00ff'", "'ab'"],
+    "varbinary(16)": ["x''", "x'00'", "x'deadbeef'"],
+    "blob": ["x'0102'"],
+}
+
+
+@pytest.fixture
+def env(mysql_conn, mysql_url, mysql_db, pg_url, s3_resource) -> Env:
+    return make_env(mysql_conn, mysql_url, mysql_db, pg_url, s3_resource)
+
+
+def _texts(env, cfg, target, side: str) -> dict[int, str]:
+    col = next(c for c in target.columns if c.name == "v")
+    if side == "mysql":
+        rows = env.mysql_exec(f"SELECT id, {mysql_field(col)} FROM `{cfg.table}`")
+    else:
+        rows = env.pg(f'SELECT id, {warehouse_field(col, "postgres")} '
+                      f'FROM "{target.schema}"."{target.table}"')
+    return {int(i): t for i, t in rows}
+
+
+@pytest.mark.parametrize("mysql_type", list(TYPES))
+def test_type_prints_alike_and_hashes_alike(env, mysql_type):
+    env.mysql_exec("SET SESSION sql_mode = ''")  # zero dates below
+    cfg = new_table(
+        env, f"id INT NOT NULL PRIMARY KEY, update_at DATETIME(6) NULL, v {mysql_type} NULL"
+    )
+    values = [*TYPES[mysql_type], "NULL"]
+    for i, v in enumerate(values):
+        env.mysql_exec(
+            f"INSERT INTO `{cfg.table}` (id, update_at, v) VALUES ({i}, '2025-03-01', {v})"
+        )
+    if mysql_type.startswith(("date", "datetime")):  # a zero date travels as NULL
+        env.mysql_exec(f"INSERT INTO `{cfg.table}` VALUES (99, '2025-03-01', 0)")
+    target = copy_to_warehouse(env, cfg)
+    mine, theirs = _texts(env, cfg, target, "mysql"), _texts(env, cfg, target, "pg")
+    assert mine == theirs
+    assert mine[len(values) - 1] == "N"
+    for columns in ("key", "all"):
+        report = env.reconcile(cfg, columns=columns, threshold=2)
+        assert report.total == 0, (columns, report.as_json()["differences"])
