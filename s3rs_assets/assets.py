@@ -11,7 +11,7 @@ import time
 import dagster as dg
 
 from s3rs_assets.backup import BackupRun
-from s3rs_assets.checks import build_checks
+from s3rs_assets.checks import build_checks, sync_check_keys
 from s3rs_assets.config import TableConfig
 from s3rs_assets.errors import ConfigError, SourceSchemaError
 from s3rs_assets.extract import Extractor
@@ -166,7 +166,8 @@ def build_sync_job(table: TableConfig) -> "dg.JobDefinition":
         job_name(table),
         selection=dg.AssetSelection.assets(
             asset_key(table, "s3_parquet"), asset_key(table, "redshift_table")
-        ),
+        ).without_checks()
+        | dg.AssetSelection.checks(*sync_check_keys(table)),
         partitions_def=partitions_def(table),
         tags={TABLE_TAG: table.name},
         description=f"Both stages of {table.name}: MySQL -> S3 -> Redshift.",

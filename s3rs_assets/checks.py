@@ -8,20 +8,36 @@
   their cursor by the next sync. The open window (the current partition, or any partition
   still above the safety bound) is partial by nature and only listed; an older partial
   partition is a WARN (a run stopped early, a `--limit`, a `watermark set`).
+* `reconciled` on `redshift_table`: one `s3rs reconcile` pass (by primary key, not by
+  partition: deleted rows, silent edits, stragglers), WARN when anything differs; its run
+  config can ask for `columns: all` and `apply: true`. It is not part of the sync jobs
+  (`SYNC_CHECKS`): execute it alone from the UI, or turn on the table's reconcile schedule
+  (`build_reconcile_schedules`, daily at 03:00, stopped by default).
 
-In a sync run the checks cover the run's partitions; executed alone they cover every
+In a sync run the first two cover the run's partitions; executed alone they cover every
 partition the watermark knows.
 """
 
 from datetime import datetime
+from typing import Literal
 
 import dagster as dg
+from pydantic import Field
 
 from s3rs_assets.config import TableConfig
 from s3rs_assets.io_manager import store_for
 from s3rs_assets.load_stage import load_target
-from s3rs_assets.names import BACKUP_CHECK_NAME, CHECK_NAME, asset_key, pool_name
+from s3rs_assets.names import (
+    BACKUP_CHECK_NAME,
+    CHECK_NAME,
+    RECONCILE_CHECK_NAME,
+    asset_key,
+    group_name,
+    pool_name,
+)
 from s3rs_assets.partitions import partitions_def, window
+from s3rs_assets.reconcile.diff import KINDS
+from s3rs_assets.reconcile.run import ReconcileOptions, reconcile_table
 from s3rs_assets.resources import MySQLResource, S3Resource
 from s3rs_assets.verify import verify_table
 from s3rs_assets.warehouse import WarehouseResource
@@ -138,4 +154,108 @@ def build_checks(table: TableConfig) -> list[dg.AssetChecksDefinition]:
             },
         )
 
-    return [matches_mysql, backup_complete]
+    return [matches_mysql, backup_complete, build_reconcile_check(table)]
+
+
+def sync_check_keys(table: TableConfig) -> list[dg.AssetCheckKey]:
+    """The checks a sync run executes (reconcile is too costly to run on every sync)."""
+    return [
+        dg.AssetCheckKey(asset_key(table, "redshift_table"), CHECK_NAME),
+        dg.AssetCheckKey(asset_key(table, "s3_parquet"), BACKUP_CHECK_NAME),
+    ]
+
+
+DEFAULT_CRON = "0 3 * * *"
+
+
+class ReconcileCheckConfig(dg.Config):
+    """Run config of the `reconciled` check."""
+
+    columns: Literal["key", "all"] = Field(
+        default="key", description="key: hash (primary key, cursor); all: every column."
+    )
+    apply: bool = Field(default=False, description="Repair what differs (through the ledger).")
+    threshold: int = Field(default=256, description="Rows per range before rows are fetched.")
+
+
+def reconcile_check_key(table: TableConfig) -> dg.AssetCheckKey:
+    return dg.AssetCheckKey(asset_key(table, "redshift_table"), RECONCILE_CHECK_NAME)
+
+
+def build_reconcile_check(table: TableConfig) -> dg.AssetChecksDefinition:
+    """The `reconciled` check of one table's `redshift_table`."""
+
+    @dg.asset_check(
+        asset=asset_key(table, "redshift_table"),
+        name=RECONCILE_CHECK_NAME,
+        pool=pool_name(table),
+        description=(
+            f"MySQL `{table.name}` and the warehouse compared by primary key (rows below the "
+            "safety bound or with a NULL cursor): rows missing in the warehouse, rows "
+            "deleted in MySQL, rows whose content differs. Runs `s3rs reconcile`."
+        ),
+    )
+    def reconciled(
+        context: dg.AssetCheckExecutionContext,
+        config: ReconcileCheckConfig,
+        mysql: MySQLResource,
+        s3: S3Resource,
+        warehouse: WarehouseResource,
+    ) -> dg.AssetCheckResult:
+        store = store_for(s3, context.run.run_id, context.instance)
+        options = ReconcileOptions(
+            columns=config.columns, apply=config.apply, threshold=config.threshold
+        )
+        report = reconcile_table(
+            table, mysql, warehouse, s3, store, options, log=context.log.info
+        )
+        counts = report.counts()
+        left = sum(report.plan.skipped.values()) if report.plan else report.total
+        repaired = report.repaired() if report.plan else {}
+        doc = report.as_json(full=False)
+        return dg.AssetCheckResult(
+            passed=left == 0,
+            severity=dg.AssetCheckSeverity.WARN,
+            description=", ".join(f"{counts[k]} {k}" for k in KINDS)
+            + (f"; repaired {repaired}" if repaired else ""),
+            metadata={
+                **{k: dg.MetadataValue.int(counts[k]) for k in KINDS},
+                "columns": report.columns,
+                "mysql_rows": report.diff.mysql_rows,
+                "warehouse_rows": report.diff.warehouse_rows,
+                "ranges_compared": report.diff.segments_compared,
+                "safety_bound": report.bound.isoformat(),
+                "seconds": dg.MetadataValue.float(round(report.timings.get("total", 0.0), 3)),
+                "examples": dg.MetadataValue.json(doc["examples"]),
+                **({"repaired": dg.MetadataValue.json(repaired)} if repaired else {}),
+            },
+        )
+
+    return reconciled
+
+
+def reconcile_job_name(table: TableConfig) -> str:
+    return f"{group_name(table)}__reconcile"
+
+
+def build_reconcile_schedules(
+    tables: list[TableConfig], cron: str = DEFAULT_CRON
+) -> list[dg.ScheduleDefinition]:
+    """One schedule per table running its `reconciled` check alone; STOPPED by default."""
+    out = []
+    for table in tables:
+        job = dg.define_asset_job(
+            reconcile_job_name(table),
+            selection=dg.AssetSelection.checks(reconcile_check_key(table)),
+            description=f"Reconcile {table.name}: the `reconciled` check alone.",
+        )
+        out.append(
+            dg.ScheduleDefinition(
+                name=f"{group_name(table)}__reconcile_schedule",
+                job=job,
+                cron_schedule=cron,
+                default_status=dg.DefaultScheduleStatus.STOPPED,
+                description=f"Reconcile {table.name} (off until turned on).",
+            )
+        )
+    return out

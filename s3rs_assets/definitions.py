@@ -7,6 +7,7 @@ import os
 import dagster as dg
 
 from s3rs_assets.assets import build_sync_job, build_table_assets
+from s3rs_assets.checks import build_reconcile_schedules
 from s3rs_assets.config import load_tables
 from s3rs_assets.io_manager import S3RSIOManager
 from s3rs_assets.names import job_name
@@ -32,6 +33,7 @@ def build_definitions() -> dg.Definitions:
         assets=[a for t in tables for a in build_table_assets(t)],
         jobs=jobs,
         sensors=build_sensors(tables, jobs),
+        schedules=build_reconcile_schedules(tables),
         resources={
             "mysql": MySQLResource(url=dg.EnvVar("S3RS_MYSQL_URL")),
             "s3": s3,

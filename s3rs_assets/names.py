@@ -31,6 +31,8 @@ TABLE_METADATA_KEY = "s3rs/table"
 CHECK_NAME = "matches_mysql"
 #: The asset check on `s3_parquet` naming partitions the next sync reads again.
 BACKUP_CHECK_NAME = "backup_complete"
+#: The asset check on `redshift_table` running one `s3rs reconcile` pass.
+RECONCILE_CHECK_NAME = "reconciled"
 #: The code location's name (workspace.yaml, pyproject's [tool.dagster]).
 CODE_LOCATION = "s3rs"
 #: Dagster's hidden run tag naming the repository and code location a run belongs to; the

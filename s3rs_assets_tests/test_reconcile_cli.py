@@ -10,13 +10,13 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from s3rs_assets.cli import main
-from s3rs_assets.reconcile.check import (
-    RECONCILE_CHECK_NAME,
+from s3rs_assets.checks import (
     build_reconcile_check,
     build_reconcile_schedules,
     reconcile_job_name,
 )
+from s3rs_assets.cli import main
+from s3rs_assets.names import RECONCILE_CHECK_NAME
 from s3rs_assets_tests.reconcile_fixtures import Env, make_env
 from s3rs_assets_tests.test_reconcile import _make, _pg_where
 

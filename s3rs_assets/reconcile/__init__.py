@@ -13,7 +13,8 @@ the same exactly-once load.
     repair.py  re-read by key, the repair file, its load with deletes in the same
                transaction
     run.py     one pass over one table (`reconcile_table`), its report and record
-    check.py   the `reconciled` asset check and the optional schedules
+
+The `reconciled` asset check and the optional schedules are in `s3rs_assets.checks`.
 
 What is compared: rows with a cursor below the run's safety bound, or NULL, on both sides.
 `columns="key"` (default) hashes (primary key, cursor): it finds missing, extra and
