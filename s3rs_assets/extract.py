@@ -68,23 +68,17 @@ def _client(cfg: dict[str, Any]) -> Any:
     )
 
 
-def store_object(
-    table: pa.Table, key: str, part: int, spec: WriteSpec, client: Any
-) -> pa.RecordBatch:
-    """Cast to the table's Arrow schema, write one parquet object, upload it with its
-    Content-MD5 (S3 rejects a corrupted body) and return its manifest row."""
-    import pyarrow.compute as pc
+def upload_parquet(client: Any, bucket: str, key: str, table: pa.Table) -> tuple[int, str]:
+    """Write `table` as one parquet object and upload it with its Content-MD5 (S3 rejects a
+    corrupted body); returns (bytes, md5) once the ETag confirms what S3 stored."""
     import pyarrow.parquet as pq
 
-    schema = pa.ipc.read_schema(pa.py_buffer(spec.schema_ipc))
-    # cast() refuses lossy conversions (e.g. a decimal that would need rounding)
-    table = pa.table([table.column(f.name).cast(f.type) for f in schema], schema=schema)
     buf = io.BytesIO()
     pq.write_table(table, buf, compression="snappy", row_group_size=131_072)
     body = buf.getvalue()
-    digest = hashlib.md5(body)
+    digest = hashlib.md5(body)  # noqa: S324 - the S3 ETag of a single-part upload
     resp = client.put_object(
-        Bucket=spec.bucket,
+        Bucket=bucket,
         Key=key,
         Body=body,
         ContentMD5=base64.b64encode(digest.digest()).decode(),
@@ -92,14 +86,28 @@ def store_object(
     )
     if resp["ETag"].strip('"') != digest.hexdigest():
         raise IntegrityError(f"S3 ETag of {key} does not match the MD5 of the file written")
+    return len(body), digest.hexdigest()
+
+
+def store_object(
+    table: pa.Table, key: str, part: int, spec: WriteSpec, client: Any
+) -> pa.RecordBatch:
+    """Cast to the table's Arrow schema, write one parquet object, upload it with its
+    Content-MD5 (S3 rejects a corrupted body) and return its manifest row."""
+    import pyarrow.compute as pc
+
+    schema = pa.ipc.read_schema(pa.py_buffer(spec.schema_ipc))
+    # cast() refuses lossy conversions (e.g. a decimal that would need rounding)
+    table = pa.table([table.column(f.name).cast(f.type) for f in schema], schema=schema)
+    size, md5 = upload_parquet(client, spec.bucket, key, table)
     cursor = table.column(spec.cursor)
     return pa.RecordBatch.from_pydict(
         {
             "part": [part],
             "key": [key],
             "rows": [table.num_rows],
-            "bytes": [len(body)],
-            "md5": [digest.hexdigest()],
+            "bytes": [size],
+            "md5": [md5],
             "cursor_min": [pc.min(cursor).as_py()],
             "cursor_max": [pc.max(cursor).as_py()],
         },

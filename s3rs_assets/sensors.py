@@ -59,9 +59,8 @@ import pymysql
 
 from s3rs_assets.assets import build_sync_job
 from s3rs_assets.config import TableConfig
-from s3rs_assets.cursor import below, literal, position_token
+from s3rs_assets.cursor import position_token
 from s3rs_assets.errors import ConfigError, S3rsError, SourceSchemaError, WatermarkError
-from s3rs_assets.identifiers import mysql_quote
 from s3rs_assets.io_manager import store_for
 from s3rs_assets.names import (
     RANGE_END_TAG,
@@ -78,6 +77,7 @@ from s3rs_assets.source import (
     SourceTable,
     describe,
     first_row,
+    last_row,
     safety_bound,
     server_now,
 )
@@ -500,20 +500,6 @@ def _probes(
     return probes, complete
 
 
-def _newest_row(conn: Any, src: SourceTable, start: Position, upper: datetime) -> Position:
-    keys = src.keys
-    cols = ", ".join(keys.quoted)
-    desc = ", ".join(f"{q} DESC" for q in keys.quoted)
-    sql = (
-        f"SELECT {cols} FROM {src.qualified} WHERE {mysql_quote(src.cursor)} >= "
-        f"{literal(start.c)} AND {below(upper, keys)} ORDER BY {desc} LIMIT 1"
-    )
-    with conn.cursor() as cur:
-        cur.execute(sql)
-        row = cur.fetchone()
-    return start if row is None else Position(c=row[0], pk=list(row[1:]))
-
-
 def find_new_data(
     conn: Any,
     cfg: TableConfig,
@@ -533,7 +519,7 @@ def find_new_data(
         last = pdef.get_last_partition_key() or ""
         # The MySQL clock may run ahead of this host's: no partition past the last one.
         first_key = min(key_for(pdef, row.c) or last, last)
-        newest = _newest_row(conn, src, row, bound.upper)
+        newest = last_row(conn, src, row.c, bound.upper) or row
         last_key = min(key_for(pdef, newest.c) or last, last)
         span = pdef.get_partition_keys_in_range(dg.PartitionKeyRange(first_key, last_key))
         ranges: list[list[str]] = []

@@ -306,6 +306,23 @@ def first_row(
     return None if row is None else Position(c=row[0], pk=list(row[1:]))
 
 
+def last_row(
+    conn: pymysql.connections.Connection, src: SourceTable, since: datetime, upper: datetime
+) -> Position | None:
+    """The greatest (cursor, pk) at or after `since` and below `upper` (one index probe)."""
+    keys = src.keys
+    cols = ", ".join(keys.quoted)
+    desc = ", ".join(f"{q} DESC" for q in keys.quoted)
+    sql = (
+        f"SELECT {cols} FROM {src.qualified} WHERE {mysql_quote(src.cursor)} >= "
+        f"{literal(since)} AND {below(upper, keys)} ORDER BY {desc} LIMIT 1"
+    )
+    with conn.cursor() as cur:
+        cur.execute(sql)
+        row = cur.fetchone()
+    return None if row is None else Position(c=row[0], pk=list(row[1:]))
+
+
 def plan_chunk(
     conn: pymysql.connections.Connection,
     src: SourceTable,

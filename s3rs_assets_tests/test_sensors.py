@@ -19,6 +19,7 @@ import boto3
 import dagster as dg
 import pytest
 
+from s3rs_assets.checks import sync_check_keys
 from s3rs_assets.cursor import position_token
 from s3rs_assets.io_manager import store_for
 from s3rs_assets.names import RANGE_END_TAG, RANGE_START_TAG, TABLE_TAG, asset_key, job_name
@@ -73,7 +74,11 @@ def stand_in_assets(cfg, *, fail_load: bool = False) -> list[dg.AssetsDefinition
         if fail_load:
             raise RuntimeError("load failed (test)")
 
-    return [s3_parquet, redshift_table]
+    checks = [
+        dg.asset_check(asset=key.asset_key, name=key.name)(lambda: dg.AssetCheckResult(passed=True))
+        for key in sync_check_keys(cfg)
+    ]
+    return [s3_parquet, redshift_table, *checks]
 
 
 class Sensors:

@@ -44,6 +44,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from s3rs_assets.errors import IntegrityError
+from s3rs_assets.extract import upload_parquet
 from s3rs_assets.layout import REPAIR_DIR
 from s3rs_assets.load import LoadResult, LoadTarget, load_files
 from s3rs_assets.reconcile.diff import Difference, DiffResult
@@ -238,26 +239,14 @@ def write_repair_file(
     with pa.ipc.new_stream(sink, keys.schema) as w:
         w.write_table(keys)
     table = table.replace_schema_metadata({KEYS_METADATA: base64.b64encode(sink.getvalue())})
-    buf = io.BytesIO()
-    pq.write_table(table, buf, compression="snappy", row_group_size=131_072)
-    body = buf.getvalue()
-    digest = hashlib.md5(body)  # noqa: S324 - the S3 ETag of a single-part upload
     key = s3.layout.repair_object(source[0], source[1], repair_token(bound, plan))
-    resp = s3.client().put_object(
-        Bucket=s3.bucket,
-        Key=key,
-        Body=body,
-        ContentMD5=base64.b64encode(digest.digest()).decode(),
-        ContentType="application/vnd.apache.parquet",
-    )
-    if resp["ETag"].strip('"') != digest.hexdigest():
-        raise IntegrityError(f"S3 ETag of {key} does not match the MD5 of the file written")
+    size, md5 = upload_parquet(s3.client(), s3.bucket, key, table)
     cursor = [c for c in table.column(target.cursor).to_pylist() if c is not None]
     return FileEntry(
         key=key,
         rows=table.num_rows,
-        bytes=len(body),
-        md5=digest.hexdigest(),
+        bytes=size,
+        md5=md5,
         cursor_min=min(cursor, default=None),
         cursor_max=max(cursor, default=None),
     )
