@@ -1,5 +1,5 @@
-"""`scripts/ui.sh` (`make ui`): up without superseded/beta warnings, and SIGTERM stops all of
-it: dagster dev, the webserver, the daemon and the code server."""
+"""`scripts/ui.sh` (`make ui`): up without superseded/beta warnings, and SIGTERM or SIGINT
+stops all of it: dagster dev, the webserver, the daemon and the code server."""
 
 from __future__ import annotations
 
@@ -32,8 +32,20 @@ def _cmdlines(pids: list[int]) -> list[str]:
     return out
 
 
-def test_ui_script_comes_up_quietly_and_sigterm_stops_every_process(
-    tmp_path, mysql_db, mysql_url, pg_url, moto_endpoint
+def _ignore_sigint() -> None:
+    """preexec_fn: as for a background job of a non-interactive shell (`make ui &` in a
+    script): SIGINT ignored, and inherited so by everything it starts."""
+    restore_default_signals()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize(
+    ("sig", "preexec"),
+    [(signal.SIGTERM, _ignore_sigint), (signal.SIGINT, restore_default_signals)],
+    ids=["SIGTERM-background", "SIGINT-terminal"],
+)
+def test_ui_script_comes_up_quietly_and_a_signal_stops_every_process(
+    sig, preexec, tmp_path, mysql_db, mysql_url, pg_url, moto_endpoint
 ):
     port = free_port()
     tables = tmp_path / "tables.yaml"
@@ -57,7 +69,7 @@ def test_ui_script_comes_up_quietly_and_sigterm_stops_every_process(
     with log.open("wb") as out:
         proc = subprocess.Popen(
             ["bash", "scripts/ui.sh"], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=restore_default_signals,
+            stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=preexec,
         )
     try:
         # 1. Webserver up and the code location loaded (the code server built the assets).
@@ -88,17 +100,21 @@ def test_ui_script_comes_up_quietly_and_sigterm_stops_every_process(
             assert noise not in text, text[-4000:]
         assert f"http://127.0.0.1:{port}" in text
 
-        # 2. SIGTERM to the script alone (what `kill <pid>` of make ui does): nothing remains.
+        # 2. The signal to the script alone (`kill <pid>`; Ctrl-C reaches make and the script,
+        #    not dagster dev's own group): nothing remains.
         t0 = time.monotonic()
-        os.kill(proc.pid, signal.SIGTERM)
+        os.kill(proc.pid, sig)
         proc.wait(timeout=STOP_DEADLINE)
         while marked(marker) and time.monotonic() - t0 < STOP_DEADLINE:
             time.sleep(0.3)
         left = _cmdlines(marked(marker))
-        assert not left, f"left running after SIGTERM: {left}\n{tail(log)}"
+        assert not left, f"left running after {sig.name}: {left}\n{tail(log)}"
         assert proc.returncode == 0, tail(log)
-        assert "Dagster UI stopped" in log.read_text(errors="replace")
-        print(f"ui.sh stopped every process in {time.monotonic() - t0:.1f}s")
+        text = log.read_text(errors="replace")
+        assert "Dagster UI stopped" in text
+        how = "escalated" if "still running after" in text else "clean shutdown"
+        print(f"ui.sh stopped every process {time.monotonic() - t0:.1f}s after {sig.name} "
+              f"({how})")
     finally:
         for pid in marked(marker):
             with suppress(ProcessLookupError):

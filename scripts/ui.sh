@@ -26,14 +26,17 @@ export PYTHONWARNINGS="${PYTHONWARNINGS:+$PYTHONWARNINGS,}ignore:Function \`dev_
 
 echo "Dagster UI: http://$HOST:$PORT (DAGSTER_HOME=$DAGSTER_HOME; Ctrl-C stops it)"
 
-# Job control: the background job gets its own process group (pgid = its pid) and keeps
-# the default SIGINT disposition (without it, a non-interactive shell's background jobs
-# ignore SIGINT, and dagster dev could not shut down cleanly).
+# Job control: the background job gets its own process group (pgid = its pid), so Ctrl-C
+# in the terminal reaches this script and not dagster dev's services directly. dagster dev
+# stops cleanly on SIGINT (and turns SIGTERM into one), which it cannot do when SIGINT is
+# ignored, as it is for a background job of a non-interactive shell and everything that
+# job starts: the exec below restores SIGINT's default before dagster dev starts.
 set -m
 # From DAGSTER_HOME: its dagster.yaml is the instance's, so dagster dev does not warn about
 # the repository's own copy; workspace.yaml resolves paths from where it lives.
-(cd "$DAGSTER_HOME" && exec "$REPO/.venv/bin/dagster" dev -w "$REPO/workspace.yaml" \
-  -h "$HOST" -p "$PORT") &
+(cd "$DAGSTER_HOME" && exec "$REPO/.venv/bin/python" -c \
+  'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])' \
+  "$REPO/.venv/bin/dagster" dev -w "$REPO/workspace.yaml" -h "$HOST" -p "$PORT") &
 DEV=$!
 set +m
 
