@@ -406,6 +406,17 @@ def test_browser_shows_a_partition_with_its_own_row_count(ui: UI, range_run):
         assert shown == str(rows), "\n".join(lines)[-3000:]
         assert key in lines and "Materialized" in lines, "\n".join(lines)[-3000:]
         assert "partial" not in " ".join(lines[lines.index("Metadata"):]), lines
+
+        # The lineage sidebar names the tables: one asset group per table.
+        driver.get(f"{ui.stack.url}/asset-groups")
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            lines = driver.find_element("tag name", "body").text.splitlines()
+            groups = [ln for ln in lines if ln.endswith(("__ui_range", "__ui_orders"))]
+            if len(groups) >= 2:
+                break
+            time.sleep(1)
+        assert len(groups) >= 2, "\n".join(lines)[-3000:]
     finally:
         driver.quit()
     print(f"browser: asset partition page rendered in {time.monotonic() - t0:.1f}s")
