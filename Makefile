@@ -23,10 +23,8 @@ demo: setup ## seed a 100k-row table and sync it MySQL -> S3 (moto) -> PostgreSQ
 test: ## run the whole test suite (extra pytest args: make test ARGS="-k cursor")
 	@bash scripts/test.sh $(ARGS)
 
-ui: setup ## Dagster UI on the demo stack: open http://127.0.0.1:3000 (Ctrl-C stops it)
-	@source scripts/env.sh && bash scripts/moto.sh start && \
-	  echo "Dagster UI: http://127.0.0.1:3000 (DAGSTER_HOME=$$DAGSTER_HOME)" && \
-	  exec .venv/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
+ui: setup ## Dagster UI on the demo stack: open http://127.0.0.1:3000 (Ctrl-C stops all of it)
+	@bash scripts/ui.sh
 
 bench: setup ## run the benchmarks on the local stack (ARGS="...")
 	@source scripts/env.sh && bash scripts/moto.sh start && $(VENV_PY) -m benchmarks.run $(ARGS)

@@ -39,6 +39,17 @@ def _leftovers(pgid: int, marker: str) -> list[int]:
     )
 
 
+def marked(marker: str) -> list[int]:
+    """Live processes whose environment carries `MARKER=marker` (children inherit it)."""
+    needle = f"{MARKER}={marker}".encode()
+    return _procs(lambda f, d: needle in (d / "environ").read_bytes().split(b"\0"))
+
+
+def restore_default_signals() -> None:
+    """preexec_fn: default SIGINT/SIGTERM/SIGHUP, as in an interactive terminal."""
+    _restore_default_signals()
+
+
 def _restore_default_signals() -> None:
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)

@@ -131,6 +131,8 @@ def test_shipped_instance_config_serializes_runs_per_table(tmp_path, monkeypatch
     with dg.DagsterInstance.get() as instance:
         cfg = instance.get_concurrency_config()
     assert cfg.pool_config.default_pool_limit == 1
+    # op granularity: steps claim the slot in every run, queued or in-process
+    assert cfg.pool_config.pool_granularity.value == "op"
     limits = cfg.run_queue_config.tag_concurrency_limits
     assert {"key": TABLE_TAG, "value": {"applyLimitPerUniqueValue": True}, "limit": 1} in limits
     t = TableConfig.from_dict({"name": "shop.orders"})

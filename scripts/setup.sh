@@ -5,9 +5,19 @@
 #   4. MariaDB on 127.0.0.1:3306 (root, no password)
 #   5. PostgreSQL on 127.0.0.1:5432 (postgres, trust)
 #   6. the openssh-server package (for the SSH tunnel tests; not started)
+#   7. with --tests only (scripts/test.sh): Debian's chromium and chromium-driver, for the
+#      browser smoke test of the Dagster UI (test_webserver.py)
 # Each step checks first and does nothing when the thing is already there, so a second
 # run takes seconds. apt steps need root or sudo. Prints one line per step.
 set -euo pipefail
+
+FOR_TESTS=0
+for arg in "$@"; do
+  case "$arg" in
+    --tests) FOR_TESTS=1 ;;
+    *) printf 'setup: error: unknown argument %s (only --tests)\n' "$arg" >&2; exit 2 ;;
+  esac
+done
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO"
@@ -196,4 +206,16 @@ if [ -x /usr/sbin/sshd ]; then
 else
   say "installing: openssh-server (not started)"
   apt_install openssh-server
+fi
+
+# ---------------------------------------------------------------------------- 7. chromium
+if [ "$FOR_TESTS" -eq 1 ]; then
+  if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then
+    say "ok: chromium and chromedriver (browser smoke test)"
+  else
+    say "installing: chromium chromium-driver (browser smoke test of the Dagster UI)"
+    apt_install chromium chromium-driver
+    [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ] ||
+      die "chromium-driver installed but /usr/bin/chromium or /usr/bin/chromedriver is missing"
+  fi
 fi

@@ -7,7 +7,7 @@ set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO"
-bash scripts/setup.sh
+bash scripts/setup.sh --tests  # the browser test needs Chromium too
 export PYSPARK_PYTHON="$REPO/.venv/bin/python"
 export PYSPARK_DRIVER_PYTHON="$REPO/.venv/bin/python"
 if [ "$#" -eq 0 ]; then
