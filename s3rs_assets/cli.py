@@ -203,10 +203,13 @@ def sync(
     limit: int | None,
     progress: bool | None,
 ) -> None:
-    """Sync tables through Dagster, from the first incomplete partition to the current one.
+    """Sync tables through Dagster, running only where MySQL has rows or S3 has files to load.
 
-    Each table is one Dagster run (visible in the UI); a failed table does not stop the
-    others, and the command exits 1 naming every table that failed.
+    Each table is first probed in MySQL (index-only queries below the safety bound): empty
+    stretches of partitions are closed in the watermark without a run, and Dagster runs
+    (visible in the UI) cover only the partitions with work; a table with nothing new gets
+    no run. A failed table does not stop the others, and the command exits 1 naming every
+    table that failed.
     """
     from s3rs_assets import runner
 
@@ -220,42 +223,99 @@ def sync(
     s3 = _s3()
     store = _store(s3)
     tty = sys.stderr.isatty() if progress is None else progress
-    failed = []
-    for table in tables:
-        try:
-            plans = runner.plan_runs(table, store.read(table.name), stages)
-        except Exception as e:  # noqa: BLE001 - this table fails, the others still run
-            failed.append(table.name)
-            echo(f"{table.name}: cannot plan the sync: {e}", err=True, fg="red")
-            continue
-        for plan in plans:
-            echo(f"{table.name}: {' + '.join(plan.stages)}, partitions {plan.start} .. {plan.end}")
-            token = uuid.uuid4().hex
-            monitor = SyncMonitor(table, plan.stages, inst, s3, token, tty=tty)
-            monitor.start()
-            try:
-                result = _execute(runner, plan, inst, limit, {SYNC_TAG: token}, quiet=True)
-            except Exception as e:  # noqa: BLE001 - one table's failure must not stop others
-                monitor.stop()
-                failed.append(table.name)
-                echo(f"{table.name}: FAILED before the run started: {e}", err=True, fg="red")
-                break
-            monitor.stop()
-            if result.success and not _failed_checks(ctx, table, result):
-                echo(f"{table.name}: run {result.run_id} succeeded")
-                _report_unread_rows(ctx, table, store)
-            elif result.success:
-                failed.append(table.name)
-                break
-            else:
-                failed.append(table.name)
-                echo(f"{table.name}: run {result.run_id} FAILED", err=True, fg="red")
-                for reason in failure_reasons(result):
-                    echo(f"  {reason}", err=True, fg="red")
-                break
+    failed = [
+        t.name
+        for t in tables
+        if not _sync_table(ctx, t, stages, limit, inst=inst, s3=s3, store=store, tty=tty)
+    ]
     if failed:
         echo(f"failed: {', '.join(failed)}", err=True, fg="red")
         sys.exit(1)
+
+
+def _prepare(table: TableConfig, stages: tuple[str, ...], store: Any) -> Any:
+    """runner.prepare with a MySQL connection of this table's own (closed afterwards): the
+    probes, the closing of empty stretches and the plans."""
+    from s3rs_assets import runner
+
+    mysql = _mysql() if "backup" in stages else None
+    try:
+        return runner.prepare(table, mysql, store, stages)
+    finally:
+        if mysql is not None:
+            mysql.teardown_after_execution(None)
+
+
+def _nothing_new(table: TableConfig, prepared: Any, stages: tuple[str, ...]) -> str:
+    if "backup" not in stages:
+        return f"{table.name}: nothing to load (every extracted file is in the load ledger)"
+    return (
+        f"{table.name}: nothing new below the safety bound {_fmt(prepared.bound)} "
+        "(MySQL clock): no run"
+    )
+
+
+def _sync_table(
+    ctx: click.Context,
+    table: TableConfig,
+    stages: tuple[str, ...],
+    limit: int | None,
+    *,
+    inst: Any,
+    s3: Any,
+    store: Any,
+    tty: bool,
+) -> bool:
+    """Plan and run one table's sync; False when it failed (the reason is printed)."""
+    from s3rs_assets import runner
+
+    try:
+        prepared = _prepare(table, stages, store)
+    except Exception as e:  # noqa: BLE001 - this table fails, the others still run
+        echo(f"{table.name}: FAILED before any run: {e}", err=True, fg="red")
+        return False
+    if prepared.closed:
+        echo(
+            f"{table.name}: {prepared.closed:,} empty partition(s) closed without a run "
+            f"({prepared.probes} probe(s))"
+        )
+    if not prepared.plans:
+        echo(_nothing_new(table, prepared, stages))
+        return True
+    budget = limit
+    for plan in prepared.plans:
+        echo(f"{table.name}: {' + '.join(plan.stages)}, partitions {plan.start} .. {plan.end}")
+        before = _rows_extracted(store, table)
+        token = uuid.uuid4().hex
+        monitor = SyncMonitor(table, plan.stages, inst, s3, token, tty=tty)
+        monitor.start()
+        try:
+            result = _execute(runner, plan, inst, budget, {SYNC_TAG: token}, quiet=True)
+        except Exception as e:  # noqa: BLE001 - one table's failure must not stop others
+            monitor.stop()
+            echo(f"{table.name}: FAILED before the run started: {e}", err=True, fg="red")
+            return False
+        monitor.stop()
+        if not result.success:
+            echo(f"{table.name}: run {result.run_id} FAILED", err=True, fg="red")
+            for reason in failure_reasons(result):
+                echo(f"  {table.name}: {reason}", err=True, fg="red")
+            return False
+        if _failed_checks(ctx, table, result):
+            return False
+        echo(f"{table.name}: run {result.run_id} succeeded")
+        _report_unread_rows(ctx, table, store)
+        if budget is not None and "backup" in plan.stages:
+            budget -= max(0, _rows_extracted(store, table) - before)
+            if budget <= 0:
+                echo(f"{table.name}: --limit {limit:,} reached; the next sync resumes there")
+                break
+    return True
+
+
+def _rows_extracted(store: Any, table: TableConfig) -> int:
+    rec = store.read(table.name, fresh=True)
+    return rec.mysql_rows_extracted if rec else 0
 
 
 def _say(ctx: click.Context, level: int, text: str, **fields: Any) -> None:

@@ -76,32 +76,6 @@ def plan_sync(
     return SyncPlan(table, stages, min(starts, key=keys.index), keys[-1])
 
 
-def plan_runs(
-    table: TableConfig, record: WatermarkRecord | None, stages: tuple[str, ...]
-) -> list[SyncPlan]:
-    """The runs of one table's sync, from the record alone (no MySQL): one range from the
-    first partition with work to the current one.
-
-    A backup run re-reads (recomputes) every *complete* partition in its range, so a range
-    must never reach back past the first incomplete backup partition only because the
-    load stage lags there (after `sync --backup-only`, or partitions `watermark set`
-    marked complete): that would read again windows the operator declared done. When the
-    load starts earlier, its backlog gets its own load-only run first.
-    """
-    plan = plan_sync(table, record, stages)
-    if stages != ("backup", "load"):
-        return [plan]
-    keys = partition_keys(table)
-    backup = keys.index(first_incomplete(table, record, "backup"))
-    load = keys.index(first_incomplete(table, record, "load"))
-    if load >= backup:
-        return [plan]
-    return [
-        SyncPlan(table, ("load",), keys[load], keys[backup - 1]),
-        SyncPlan(table, stages, keys[backup], plan.end),
-    ]
-
-
 #: Partitions two runs may lie apart and still be one run. A run costs Dagster ~3 s of its
 #: own on this machine's SQLite instance, each partition in it ~50 ms (its planned and
 #: materialization events): joining across more empty partitions than this costs more

@@ -60,6 +60,7 @@ def cli_tables_file(tmp_path_factory, mysql_db):
          **common},
         {"name": f"{mysql_db}.cli_other", "start": key_of(day(10)), **common},
         {"name": f"{mysql_db}.cli_verify", "start": key_of(day(3)), **common},
+        {"name": f"{mysql_db}.cli_sparse", "start": key_of(day(1100)), **common},
         {"name": f"{mysql_db}.ssh_orders", "start": key_of(day(2)), "chunk_rows": 20, **common},
         {"name": f"{mysql_db}.secret_orders", "start": key_of(day(1)), "chunk_rows": 50,
          **common},
@@ -807,7 +808,7 @@ def test_sync_both_stages_failed_table_named_others_run(stack, orders, monkeypat
     assert r.exit_code == 1, r.output
     assert f"{name}: backup + load, partitions {key_of(day(2))} .. {key_of(day(0))}" in r.stdout
     assert f"{name}: run " in r.stdout and "succeeded" in r.stdout
-    assert f"{broken}: run " in r.stderr and "FAILED" in r.stderr
+    assert f"{broken}: FAILED before any run: " in r.stderr
     assert "does not exist in MySQL" in r.stderr  # the reason, not a traceback
     assert f"failed: {broken}" in r.stderr and name not in r.stderr.split("failed:")[-1]
     events = _json_lines(r.stderr)
@@ -828,7 +829,7 @@ def test_sync_both_stages_failed_table_named_others_run(stack, orders, monkeypat
     import dagster as dg
     with dg.DagsterInstance.from_config(str(stack.home)) as inst:
         runs = inst.get_runs()
-        assert {r.tags.get("s3rs/table") for r in runs} == {name, broken}
+        assert {r.tags.get("s3rs/table") for r in runs} == {name}  # broken: no run
     # daily incremental with --all: every configured table, nothing new to copy
     only = stack.home / "tables.yaml"
     only.write_text(yaml.safe_dump({"tables": [
@@ -837,7 +838,8 @@ def test_sync_both_stages_failed_table_named_others_run(stack, orders, monkeypat
     monkeypatch.setenv("S3RS_TABLES", str(only))
     r = invoke("sync", "--all", "--no-progress")
     assert r.exit_code == 0, r.output
-    assert f"{name}: backup + load, partitions {key_of(day(0))} .. {key_of(day(0))}" in r.stdout
+    assert f"{name}: nothing new below the safety bound " in r.stdout
+    assert "partitions" not in r.stdout and "run " not in r.stdout
     assert stack.store.read(name).mysql_rows_extracted == 60
 
 
@@ -883,30 +885,6 @@ def test_sync_backup_only_limit_progress_then_redshift_only(stack, orders):
     assert invoke("verify", "-t", name).exit_code == 0
     assert json.loads(invoke("watermark", "get", "-t", name, "--json").stdout)[
         "mysql_status"] == "success"
-
-
-def test_plan_runs_gives_the_load_backlog_its_own_run(stack):
-    from s3rs_assets import runner
-
-    cfg = next(t for t in cli.load_tables() if t.name == stack.name("cli_wm"))
-    rec = seed(stack)  # days 10..5 complete, day 4 partial; days 10..6 loaded
-    assert [(p.stages, p.start, p.end) for p in runner.plan_runs(cfg, rec, (
-        "backup", "load"))] == [
-        (("load",), key_of(day(5)), key_of(day(5))),
-        (("backup", "load"), key_of(day(4)), key_of(day(0))),
-    ]
-    rec.loaded_partitions[key_of(day(5))] = LoadState(
-        files=[f.key for f in rec.partitions[key_of(day(5))].files])
-    plans = runner.plan_runs(cfg, rec, ("backup", "load"))
-    assert [(p.stages, p.start, p.end) for p in plans] == [
-        (("backup", "load"), key_of(day(4)), key_of(day(0)))]
-    rec.loaded_partitions.pop(key_of(day(8)))
-    plans = runner.plan_runs(cfg, rec, ("backup", "load"))
-    assert [(p.stages, p.start, p.end) for p in plans] == [
-        (("load",), key_of(day(8)), key_of(day(5))),
-        (("backup", "load"), key_of(day(4)), key_of(day(0))),
-    ]
-    assert [p.start for p in runner.plan_runs(cfg, rec, ("load",))] == [key_of(day(8))]
 
 
 def test_sync_all_runs_every_table_and_names_failures(stack, monkeypatch):
@@ -976,6 +954,12 @@ def _mysql_now(db: str) -> datetime:
         return cur.fetchone()[0]
 
 
+def _insert_now(stack: Stack, row_id: int) -> None:
+    """A row just below MySQL's clock (lag 0s): the next sync has something to read."""
+    with mysql(stack.db) as conn:
+        insert_rows(conn, "cli_orders", [(row_id, _mysql_now(stack.db) - timedelta(seconds=1))])
+
+
 def test_sync_fails_when_its_check_fails(stack, orders):
     """A sync whose warehouse does not match MySQL afterwards has not succeeded."""
     name = stack.name("cli_orders")
@@ -986,12 +970,14 @@ def test_sync_fails_when_its_check_fails(stack, orders):
     assert invoke("sync", "-t", name, "--no-progress").exit_code == 0
     with pg(stack) as c:
         c.execute(f'DELETE FROM "{stack.db}"."cli_orders" WHERE id = 80')
+    _insert_now(stack, 82)  # something new, or the sync launches no run (and no check)
     r = invoke("--log-format", "json", "sync", "-t", name)
     assert r.exit_code == 1, r.output
     failures = [e for e in _json_lines(r.stderr) if e.get("event") == "check_failed"]
     assert failures and failures[0]["table"] == name
     assert "MISMATCH" in failures[0]["error"] and key_of(day(0)) in failures[0]["error"]
     assert f"failed: {name}" in r.stderr
+    _insert_now(stack, 83)
     text = invoke("sync", "-t", name, "--no-progress")
     assert text.exit_code == 1
     assert "FAILED its check matches_mysql (mysql_rows " in text.stderr
@@ -1051,3 +1037,67 @@ def test_sync_works_without_the_venv_on_path(stack, orders):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "No module named" not in proc.stderr
     assert stack.store.read(stack.name("cli_orders")).mysql_rows_extracted == 60
+
+
+# --------------------------------------------------------- sync plans from MySQL probes
+
+
+@pytest.fixture
+def sparse(stack):
+    """Three years of daily partitions (start 1,100 days ago); rows on two late days only."""
+    from s3rs_assets.load.sql import create_ledger_sql
+
+    rows = [(i, day(5) + timedelta(hours=2, microseconds=i % 4)) for i in range(1, 41)]
+    rows += [(i, day(4) + timedelta(hours=7)) for i in range(41, 61)]
+    with mysql(stack.db) as conn:
+        make_ties_table(conn, "cli_sparse", rows)
+    with pg(stack) as c:
+        c.execute(f'DROP TABLE IF EXISTS "{stack.db}"."cli_sparse"')
+        c.execute(f'CREATE SCHEMA IF NOT EXISTS "{stack.db}"')
+        c.execute(create_ledger_sql(stack.db))
+        c.execute(f'DELETE FROM "{stack.db}".s3rs_load_ledger WHERE table_name = %s',
+                  ("cli_sparse",))
+    return rows
+
+
+def _runs(stack: Stack, name: str) -> int:
+    """Runs of `name` recorded in the test's Dagster instance."""
+    import dagster as dg
+
+    with dg.DagsterInstance.from_config(str(stack.home)) as inst:
+        return len(inst.get_runs(filters=dg.RunsFilter(tags={"s3rs/table": name})))
+
+
+def test_sync_closes_the_empty_history_without_a_run_and_skips_when_nothing_is_new(
+    stack, sparse
+):
+    import re
+
+    name = stack.name("cli_sparse")
+    r = invoke("sync", "-t", name, "--no-progress")
+    assert r.exit_code == 0, r.output
+    # the 1,095 empty days before the data (and the quiet days after it) need no run
+    closed = re.search(rf"{re.escape(name)}: ([\d,]+) empty partition\(s\) closed without a run",
+                       r.stdout)
+    assert closed and int(closed.group(1).replace(",", "")) >= 1095, r.stdout
+    assert f"{name}: backup + load, partitions {key_of(day(5))} .. {key_of(day(4))}" in r.stdout
+    assert r.stdout.count(" succeeded") == 1 and _runs(stack, name) == 1
+    rec = stack.store.read(name)
+    assert set(rec.partitions) == {key_of(day(5)), key_of(day(4))}
+    assert rec.is_complete(key_of(day(6)), day(6), day(5)) and len(rec.closed) <= 2
+    assert rec.mysql_rows_extracted == 60 and rec.redshift_rows_loaded == 60
+    # exact in the warehouse: every row, every value
+    with mysql(stack.db) as conn, conn.cursor() as cur:
+        cur.execute("SELECT id, update_at, amount, note FROM cli_sparse ORDER BY id")
+        want = [tuple(row) for row in cur.fetchall()]
+    with pg(stack) as c:
+        got = [tuple(row) for row in c.execute(
+            f'SELECT id, update_at, amount, note FROM "{stack.db}"."cli_sparse" ORDER BY id')]
+    assert got == want and len(got) == 60
+    # nothing new: no run at all, and the command says why, naming the bound
+    again = invoke("sync", "-t", name, "--no-progress")
+    assert again.exit_code == 0, again.output
+    assert re.search(rf"{re.escape(name)}: nothing new below the safety bound "
+                     r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", again.stdout), again.stdout
+    assert _runs(stack, name) == 1
+    assert stack.store.read(name).mysql_rows_extracted == 60
