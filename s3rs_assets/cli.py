@@ -30,10 +30,10 @@ from typing import Any
 
 import click
 
-from s3rs_assets import logs
+from s3rs_assets import logs, watermark_edit
 from s3rs_assets.config import TableConfig, find_table, load_tables
 from s3rs_assets.discovery import discover, render_discovery
-from s3rs_assets.errors import ConfigError, S3rsError, WatermarkConflict
+from s3rs_assets.errors import ConfigError, S3rsError
 from s3rs_assets.progress import SYNC_TAG, SyncMonitor, failure_reasons
 from s3rs_assets.times import (
     TIMESTAMP_HELP,
@@ -41,17 +41,18 @@ from s3rs_assets.times import (
     parse_timestamp_syntax,
     resolve_timestamp,
 )
-from s3rs_assets.watermark import (
-    PartitionState,
-    Position,
-    WatermarkRecord,
-    iso,
-    utcnow,
+from s3rs_assets.watermark import WatermarkRecord, iso, utcnow
+from s3rs_assets.watermark_edit import (
+    MANUAL_STRATEGY,
+    apply_reset,
+    apply_set,
+    closed_summary,
+    next_start,
 )
+from s3rs_assets.watermark_edit import fmt as _fmt
 
 log = logging.getLogger("s3rs.cli")
 
-MANUAL_STRATEGY = "manual_cli"
 
 
 # ----------------------------------------------------------------------------- plumbing
@@ -378,28 +379,9 @@ def watermark() -> None:
     """Inspect and manage watermarks."""
 
 
-def _fmt(ts) -> str:
-    return iso(ts).replace("T", " ") if ts else "-"
-
-
-def next_start(table: TableConfig, rec: WatermarkRecord | None) -> tuple[str, datetime, str]:
-    """(partition, timestamp, text) of where the next backup starts reading."""
-    from s3rs_assets.partitions import partitions_def, window
-    from s3rs_assets.runner import first_incomplete
-
-    key = first_incomplete(table, rec, "backup")
-    start = window(partitions_def(table), key)[0]
-    state = rec.partitions.get(key) if rec else None
-    if state is not None and state.status == "complete":
-        return key, start, f"partition {key}: every partition is complete up to now"
-    if state is not None and state.cursor is not None:
-        return key, state.cursor.c, f"partition {key} at {state.cursor}"
-    return key, start, f"partition {key} at ({_fmt(start)}, start)"
-
-
-def render_record(
-    rec: WatermarkRecord, show_files: bool = False, table: TableConfig | None = None
-) -> str:
+def render_record(rec: WatermarkRecord, table: TableConfig, show_files: bool = False) -> str:
+    """`watermark get`: both stages, unread rows, the manual setting, one line per partition
+    holding data, closed empty stretches as one line per range, and the next start."""
     lines = [
         f"Watermark for {rec.table_name}",
         "",
@@ -454,17 +436,11 @@ def render_record(
                     + ("  loaded" if f.key in done else "")
                     for f in p.files
                 ]
-    lines.append("")
-    if table is not None:
-        lines.append(f"  Next sync starts from: {next_start(table, rec)[2]}")
-        return "\n".join(lines)
-    nxt = next((k for k in sorted(rec.partitions) if rec.partitions[k].status != "complete"), None)
-    if nxt:
-        p = rec.partitions[nxt]
-        pos = p.cursor or f"({_fmt(p.window_start)}, start)"
-        lines.append(f"  Next sync starts from: partition {nxt} at {pos}")
-    elif rec.partitions:
-        lines.append("  Next sync starts from: the partition after the last complete one")
+    closed = closed_summary(table, rec)
+    if closed:
+        lines += ["", "  Closed (complete, empty) partitions"]
+        lines += [f"    {line}" for line in closed]
+    lines += ["", f"  Next sync starts from: {next_start(table, rec)[2]}"]
     return "\n".join(lines)
 
 
@@ -489,120 +465,7 @@ def watermark_get(name: str, as_json: bool, show_files: bool) -> None:
     if as_json:
         echo(rec.to_json())
     else:
-        echo(render_record(rec, show_files, table))
-
-
-def apply_set(rec: WatermarkRecord, table: TableConfig, ts: datetime) -> None:
-    """Make `ts` the point the next sync starts from (see `watermark set --help`)."""
-    from s3rs_assets.partitions import partition_keys, partitions_def, window
-
-    pdef = partitions_def(table)
-    now = utcnow()
-    keys = partition_keys(table)
-    for key in keys:
-        start, end = window(pdef, key)
-        state = rec.partitions.get(key)
-        if end <= ts:
-            if state is None:
-                state = PartitionState(window_start=start, window_end=end, status="complete")
-            else:
-                state.status = "complete"
-            state.updated_at = now
-            rec.partitions[key] = state
-        elif start <= ts:
-            state = state or PartitionState(window_start=start, window_end=end)
-            # Files wholly before ts stay as history; the rest is read again from ts.
-            state.files = [f for f in state.files if f.cursor_max is not None and f.cursor_max < ts]
-            state.cursor = Position(c=ts, pk=None)
-            state.status = "partial"
-            state.run_id = None
-            state.updated_at = now
-            rec.partitions[key] = state
-        else:
-            rec.partitions.pop(key, None)
-    for key in [k for k, p in rec.partitions.items() if k not in keys and p.window_start >= ts]:
-        del rec.partitions[key]
-    rec.backup_strategy = MANUAL_STRATEGY
-    rec.manual_timestamp = ts
-    rec.mysql_status = "pending"
-    rec.last_error = None
-
-
-def apply_reset(rec: WatermarkRecord, mysql: bool, redshift: bool) -> None:
-    if mysql:
-        rec.partitions = {}
-        rec.mysql_status = "pending"
-        rec.last_mysql_extraction_time = None
-        rec.manual_timestamp = None
-        rec.backup_strategy = MANUAL_STRATEGY
-    if redshift:
-        rec.loaded_partitions = {}
-        rec.redshift_status = "pending"
-        rec.last_redshift_load_time = None
-    rec.last_error = None
-
-
-_DIFF_FIELDS = (
-    "mysql_status",
-    "mysql_rows_extracted",
-    "s3_file_count",
-    "last_mysql_data_timestamp",
-    "last_mysql_extraction_time",
-    "redshift_status",
-    "redshift_rows_loaded",
-    "last_redshift_load_time",
-    "backup_strategy",
-    "manual_timestamp",
-)
-
-
-def _show(value: Any) -> str:
-    if isinstance(value, datetime):
-        return _fmt(value)
-    if isinstance(value, int):
-        return f"{value:,}"
-    return "-" if value is None else str(value)
-
-
-def _pstate(p: PartitionState | None) -> str:
-    if p is None:
-        return "absent (read again)"
-    return f"{p.status}, {p.rows:,} rows in {len(p.files)} files, cursor {p.cursor or '-'}"
-
-
-def describe_change(
-    table: TableConfig, before: WatermarkRecord | None, after: WatermarkRecord, limit: int = 12
-) -> list[str]:
-    """Human lines `field: before -> after`, partitions included; empty when nothing moves."""
-    old = before or WatermarkRecord.new(after.table_name)
-    lines = []
-    for f in _DIFF_FIELDS:
-        a, b = getattr(old, f), getattr(after, f)
-        if a != b:
-            lines.append(f"  {f}: {_show(a)} -> {_show(b)}")
-    if len(old.processed_s3_files) != len(after.processed_s3_files):
-        lines.append(
-            f"  load mirror: {len(old.processed_s3_files):,} files -> "
-            f"{len(after.processed_s3_files):,} files"
-        )
-    changed = []
-    for key in sorted(set(old.partitions) | set(after.partitions)):
-        a, b = old.partitions.get(key), after.partitions.get(key)
-        if _pstate(a) != _pstate(b):
-            changed.append(f"    {key}: {_pstate(a)} -> {_pstate(b)}")
-    if changed:
-        lines.append(f"  partitions ({len(changed)} change):")
-        if len(changed) > limit:
-            half = limit // 2
-            lines += changed[:half] + [f"    ... {len(changed) - limit} more ..."] + changed[-half:]
-        else:
-            lines += changed
-    if lines:
-        lines.append(
-            f"  next sync starts from: {next_start(table, before)[2]} -> "
-            f"{next_start(table, after)[2]}"
-        )
-    return lines
+        echo(render_record(rec, table, show_files))
 
 
 def _manual_change(
@@ -616,48 +479,27 @@ def _manual_change(
     notes: list[str] = (),
     create: bool = True,
 ) -> None:
-    """Show before -> after, confirm, then apply `change` compare-and-swap."""
+    """Show before -> after, confirm, then apply `change` compare-and-swap
+    (watermark_edit.commit refuses if the record moved since it was shown)."""
     store = _store()
-    before, _etag = store.read_versioned(table.name, now=now)
-    if before is None and not create:
-        echo(title)
+    mc = watermark_edit.preview(store, table, change, now=now, create=create)
+    echo(title)
+    if mc is None:
         echo(f"  nothing to change: {table.name} has no watermark yet.")
         return
-    after = before.model_copy(deep=True) if before else WatermarkRecord.new(table.name)
-    change(after)
-    after.refresh()
-    diff = describe_change(table, before, after)
-    echo(title)
     for n in notes:
         echo(f"  note: {n}")
-    if not diff:
+    if not mc.diff:
         echo("  nothing to change.")
         return
-    for line in diff:
+    for line in mc.diff:
         echo(line)
     if dry_run:
         echo("dry run: nothing written.")
         return
     if not yes:
         click.confirm("Apply this change?", abort=True, err=True)
-
-    def guarded(rec: WatermarkRecord) -> None:
-        # Apply only to the record that was shown: a run (or another operator) writing it
-        # since then makes this fail instead of silently mixing the two.
-        moved = (
-            bool(rec.partitions or rec.loaded_partitions or rec.backup_metadata)
-            if before is None
-            else rec.updated_at != before.updated_at
-        )
-        if moved:
-            raise WatermarkConflict(
-                f"the watermark of {table.name} changed since it was shown (a run is writing "
-                "it?); nothing was written: look again and retry"
-            )
-        change(rec)
-
-    saved = store.update(table.name, guarded, now=now).record
-    store.write_backups(table.name)  # a manual change is a run of its own: back it up now
+    saved = watermark_edit.commit(store, mc, now=now)
     echo(f"saved: next sync starts from {next_start(table, saved)[2]}")
 
 

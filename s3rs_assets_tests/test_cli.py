@@ -61,6 +61,7 @@ def cli_tables_file(tmp_path_factory, mysql_db):
         {"name": f"{mysql_db}.cli_other", "start": key_of(day(10)), **common},
         {"name": f"{mysql_db}.cli_verify", "start": key_of(day(3)), **common},
         {"name": f"{mysql_db}.cli_sparse", "start": key_of(day(1100)), **common},
+        {"name": f"{mysql_db}.cli_long", "start": key_of(day(7300)), **common},
         {"name": f"{mysql_db}.ssh_orders", "start": key_of(day(2)), "chunk_rows": 20, **common},
         {"name": f"{mysql_db}.secret_orders", "start": key_of(day(1)), "chunk_rows": 50,
          **common},
@@ -275,16 +276,50 @@ def test_set_marks_before_complete_cuts_the_partition_and_drops_later_ones(stack
     assert f"Next sync starts from: partition {key_of(day(7))} at ({ts.isoformat()}" in got
 
 
-def test_set_on_a_new_table_fills_earlier_partitions_complete_without_files(stack):
+def test_set_on_a_new_table_closes_earlier_partitions_as_one_range(stack):
     name = stack.name("cli_other")
     result = invoke("watermark", "set", "-t", name, "--timestamp", key_of(day(3)), "-y")
     assert result.exit_code == 0, result.output
+    assert f"{key_of(day(10))} .. {key_of(day(4))}: 7 empty partitions closed" in result.output
     rec = stack.store.read(name)
-    assert [k for k, p in sorted(rec.partitions.items()) if p.status == "complete"] == [
-        key_of(day(n)) for n in range(10, 3, -1)]
-    assert all(not p.files for p in rec.partitions.values())
+    assert all(rec.is_complete(key_of(day(n)), day(n), day(n - 1)) for n in range(10, 3, -1))
+    assert list(rec.partitions) == [key_of(day(3))] and len(rec.closed) == 1
     assert rec.partitions[key_of(day(3))].cursor == Position(c=day(3), pk=None)
-    assert len(rec.partitions) == 8
+    assert rec.partitions[key_of(day(3))].status == "partial"
+
+
+def test_set_across_twenty_quiet_years_keeps_the_record_small(stack):
+    """A 20-year daily table: `set` closes the 7,270 days before TS as one range (not one
+    entry per day), `get` shows it as one line, and a later `set` to an earlier time
+    re-opens what lies after it."""
+    from s3rs_assets.partitions import partition_keys
+
+    name = stack.name("cli_long")
+    cfg = next(t for t in cli.load_tables() if t.name == name)
+    keys = partition_keys(cfg)
+    held = keys.index(key_of(day(30)))
+    r = invoke("watermark", "set", "-t", name, "--timestamp", key_of(day(30)), "--yes")
+    assert r.exit_code == 0, r.output
+    line = f"{keys[0]} .. {key_of(day(31))}: {held:,} empty partitions closed"
+    assert line in r.output and held > 7200
+    rec = stack.store.read(name)
+    assert list(rec.partitions) == [key_of(day(30))] and len(rec.closed) == 1
+    assert len(rec.to_json().encode()) < 4096
+    got = invoke("watermark", "get", "-t", name).output
+    assert "Closed (complete, empty) partitions" in got and line in got
+    assert got.count(" empty partitions closed") == 1
+    assert f"Next sync starts from: partition {key_of(day(30))} at " in got
+    # back to an earlier point: the days after it are no longer closed
+    r = invoke("watermark", "set", "-t", name, "--timestamp", key_of(day(400)), "--yes")
+    assert r.exit_code == 0, r.output
+    rec = stack.store.read(name)
+    assert list(rec.partitions) == [key_of(day(400))] and len(rec.closed) == 1
+    assert rec.closed[0].end == day(400)
+    assert not rec.is_complete(key_of(day(100)), day(100), day(99))
+    # reset drops the closed ranges too: every partition is read again
+    assert invoke("watermark", "reset", "-t", name, "--yes").exit_code == 0
+    rec = stack.store.read(name)
+    assert rec.closed == [] and rec.partitions == {}
 
 
 @pytest.mark.parametrize(("text", "delta"), [("2d", timedelta(days=2)),
