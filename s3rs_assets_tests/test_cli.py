@@ -22,7 +22,7 @@ import yaml
 from click.testing import CliRunner
 
 from s3rs_assets import cli, times
-from s3rs_assets.config import TableConfig
+from s3rs_assets.config import TableConfig, load_tables
 from s3rs_assets.io_manager import store_for
 from s3rs_assets.resources import S3Resource
 from s3rs_assets.watermark import FileEntry, LoadState, PartitionState, Position
@@ -295,7 +295,7 @@ def test_set_across_twenty_quiet_years_keeps_the_record_small(stack):
     from s3rs_assets.partitions import partition_keys
 
     name = stack.name("cli_long")
-    cfg = next(t for t in cli.load_tables() if t.name == name)
+    cfg = next(t for t in load_tables() if t.name == name)
     keys = partition_keys(cfg)
     held = keys.index(key_of(day(30)))
     r = invoke("watermark", "set", "-t", name, "--timestamp", key_of(day(30)), "--yes")
@@ -764,7 +764,7 @@ def verify_table(stack):
     rows += [(i, day(1) + timedelta(minutes=i)) for i in range(41, 61)]
     with mysql(stack.db) as conn:
         make_ties_table(conn, "cli_verify", rows)
-    cfg = next(t for t in cli.load_tables() if t.name == stack.name("cli_verify"))
+    cfg = next(t for t in load_tables() if t.name == stack.name("cli_verify"))
     target = load_target(cfg, MySQLResource(url=f"mysql://root:@{MYSQL_HOST}:{MYSQL_PORT}/"
                                                 f"{stack.db}"))
     ensure_target(WarehouseResource(url=stack.pg_url), target)
