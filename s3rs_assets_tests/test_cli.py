@@ -62,6 +62,8 @@ def cli_tables_file(tmp_path_factory, mysql_db):
         {"name": f"{mysql_db}.cli_verify", "start": key_of(day(3)), **common},
         {"name": f"{mysql_db}.cli_sparse", "start": key_of(day(1100)), **common},
         {"name": f"{mysql_db}.cli_long", "start": key_of(day(7300)), **common},
+        *({"name": f"{mysql_db}.cli_par{n}", "start": key_of(day(2)), "chunk_rows": 40,
+           **common} for n in (1, 2, 3)),
         {"name": f"{mysql_db}.ssh_orders", "start": key_of(day(2)), "chunk_rows": 20, **common},
         {"name": f"{mysql_db}.secret_orders", "start": key_of(day(1)), "chunk_rows": 50,
          **common},
@@ -742,6 +744,63 @@ def test_tables_discover(stack, disc_schema):
     assert f"#   {disc_schema}.recent: a view, not a table" in out
 
 
+@pytest.fixture
+def sized_schema(mysql_db):
+    """Tables whose row counts and cursor spans call for different partition sizes, and one
+    with secret-looking columns."""
+    name = f"{mysql_db}_size"
+    ddl = "(id BIGINT PRIMARY KEY, updated_at DATETIME(6) NOT NULL, KEY (updated_at)) "
+    with mysql(mysql_db) as conn, conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+        cur.execute(f"CREATE DATABASE `{name}`")
+        cur.execute(f"USE `{name}`")
+        for t in ("old_sample", "hot", "recent", "tiny", "blank"):
+            cur.execute(f"CREATE TABLE {t} {ddl}")
+        # 46,000 rows on 2006-02-14/15 (the sakila shape): 20 years of partitions to today
+        cur.execute("INSERT INTO old_sample SELECT seq, '2006-02-14 20:00:00' + INTERVAL "
+                    "(seq % 86400) SECOND FROM seq_1_to_46000")
+        # 20,000 rows within the last 5 hours
+        cur.execute("INSERT INTO hot SELECT seq, NOW() - INTERVAL (seq % 18000) SECOND "
+                    "FROM seq_1_to_20000")
+        # 30,000 rows over the last 3 days
+        cur.execute("INSERT INTO recent SELECT seq, NOW() - INTERVAL (seq * 8) SECOND "
+                    "FROM seq_1_to_30000")
+        cur.execute("INSERT INTO tiny SELECT seq, NOW() - INTERVAL seq HOUR FROM seq_1_to_40")
+        cur.execute("CREATE TABLE users (user_id INT PRIMARY KEY, email VARCHAR(100), "
+                    "password VARCHAR(64), api_token VARCHAR(64), ssn CHAR(11), "
+                    "credit_card_number VARCHAR(20), last_update TIMESTAMP NOT NULL)")
+    yield name
+    with mysql(mysql_db) as conn, conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+
+
+def test_tables_discover_proposes_partition_sizes_and_flags_secrets(stack, sized_schema):
+    from s3rs_assets.discovery import MAX_PARTITIONS
+
+    result = invoke("tables", "discover", "--schema", sized_schema)
+    assert result.exit_code == 0, result.output
+    doc = yaml.safe_load(result.output)
+    sizes = {e["name"].split(".")[1]: e["partition"] for e in doc["tables"]}
+    assert sizes == {"old_sample": "weekly", "hot": "hourly", "recent": "daily",
+                     "tiny": "monthly", "blank": "daily", "users": "daily"}
+    for e in doc["tables"]:
+        TableConfig.from_dict(e)  # still a ready stanza
+    out = result.output
+    assert "# 46,000 rows over 2006-02-14..2006-02-15, ~46,000 rows per partition with data" in out
+    weeks = next(line for line in out.splitlines() if "46,000 rows over" in line)
+    assert weeks.endswith("weekly partitions up to today: weekly")
+    assert int(weeks.split(" weekly partitions")[0].rsplit(" ", 1)[1].replace(",", "")) <= (
+        MAX_PARTITIONS)
+    assert "start: 2006-02-14  # the oldest row's day" in out
+    assert "# 20,000 rows over " in out and "hourly partitions up to today: hourly" in out
+    assert "# 30,000 rows over " in out and "daily partitions up to today: daily" in out
+    assert "# 40 rows over " in out and "monthly partitions up to today: monthly" in out
+    assert "# empty table (no dated row): daily, the default" in out
+    assert ("# exclude_columns: [password, api_token, ssn, credit_card_number]  # names look "
+            "like secrets or personal data") in out
+    assert out.count("# exclude_columns:") == 1  # only the users table
+
+
 def test_tables_discover_unknown_schema(stack):
     result = invoke("tables", "discover", "--schema", "no_such_schema_xyz")
     assert result.exit_code == 2
@@ -1136,3 +1195,68 @@ def test_sync_closes_the_empty_history_without_a_run_and_skips_when_nothing_is_n
                      r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", again.stdout), again.stdout
     assert _runs(stack, name) == 1
     assert stack.store.read(name).mysql_rows_extracted == 60
+
+
+# ------------------------------------------------------------- tables side by side
+
+
+PAR_TABLES = ("cli_par1", "cli_par2", "cli_par3")
+
+
+@pytest.fixture
+def par_tables(stack):
+    """Three small tables (25, 50, 75 rows over three days), fresh in both databases; the
+    source of cli_broken dropped."""
+    from s3rs_assets.load.sql import create_ledger_sql
+
+    with mysql(stack.db) as conn:
+        for n, t in enumerate(PAR_TABLES, 1):
+            rows = [(i, day(i % 3) + timedelta(hours=1 + i % 5)) for i in range(1, 25 * n + 1)]
+            rows = [(i, ts if ts < datetime.now() - timedelta(minutes=1) else
+                     datetime.now() - timedelta(minutes=2)) for i, ts in rows]
+            make_ties_table(conn, t, rows)
+        with conn.cursor() as cur:
+            cur.execute("DROP TABLE IF EXISTS cli_broken")
+    with pg(stack) as c:
+        c.execute(f'CREATE SCHEMA IF NOT EXISTS "{stack.db}"')
+        c.execute(create_ledger_sql(stack.db))
+        for t in PAR_TABLES:
+            c.execute(f'DROP TABLE IF EXISTS "{stack.db}"."{t}"')
+            c.execute(f'DELETE FROM "{stack.db}".s3rs_load_ledger WHERE table_name = %s', (t,))
+
+
+def test_sync_parallel_runs_tables_side_by_side_and_a_broken_one_fails_alone(
+    stack, par_tables
+):
+    import dagster as dg
+
+    from s3rs_assets.resources import spark_defaults
+
+    assert spark_defaults("local[2]")["spark.scheduler.mode"] == "FAIR"
+    names = [stack.name(t) for t in PAR_TABLES]
+    broken = stack.name("cli_broken")
+    args = [a for n in [names[0], broken, *names[1:]] for a in ("-t", n)]
+    r = invoke("sync", "--parallel", "3", "--no-progress", *args)
+    assert r.exit_code == 1, r.output
+    assert r.stderr.strip().splitlines()[-1] == f"failed: {broken}"
+    assert f"{broken}: FAILED before any run: " in r.stderr
+    # every line of the command's own output names its table
+    for line in r.stdout.splitlines():
+        assert line.split(":", 1)[0] in {*names, broken}, line
+    for n, (name, t) in enumerate(zip(names, PAR_TABLES, strict=True), 1):
+        assert f"{name}: run " in r.stdout, r.stdout
+        with mysql(stack.db) as conn, conn.cursor() as cur:
+            cur.execute(f"SELECT id, update_at, amount, note FROM `{t}` ORDER BY id")
+            want = [tuple(row) for row in cur.fetchall()]
+        with pg(stack) as c:
+            got = [tuple(row) for row in c.execute(
+                f'SELECT id, update_at, amount, note FROM "{stack.db}"."{t}" ORDER BY id')]
+        assert got == want and len(got) == 25 * n
+        assert stack.store.read(name).mysql_rows_extracted == 25 * n
+    # one run per table, and they ran at the same time (one process, one Spark)
+    with dg.DagsterInstance.from_config(str(stack.home)) as inst:
+        records = [inst.get_run_records(filters=dg.RunsFilter(tags={"s3rs/table": n}))
+                   for n in names]
+    assert [len(rs) for rs in records] == [1, 1, 1]
+    spans = [(rs[0].start_time, rs[0].end_time) for rs in records]
+    assert any(a[0] < b[1] and b[0] < a[1] for a in spans for b in spans if a is not b), spans

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import sys
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import click
@@ -28,6 +29,14 @@ from s3rs_assets.watermark_edit import fmt as _fmt
     default=None,
     help="Live progress line (default: on when stderr is a terminal, else log lines).",
 )
+@click.option(
+    "--parallel",
+    type=click.IntRange(1, 32),
+    default=1,
+    show_default=True,
+    help="Tables synced at once: each its own Dagster run and watermark, sharing one Spark "
+    "(each table in its own FAIR scheduler pool).",
+)
 @click.pass_context
 @friendly_errors
 def sync(
@@ -38,6 +47,7 @@ def sync(
     redshift_only: bool,
     limit: int | None,
     progress: bool | None,
+    parallel: int,
 ) -> None:
     """Sync tables through Dagster, running only where MySQL has rows or S3 has files to load.
 
@@ -46,6 +56,10 @@ def sync(
     (visible in the UI) cover only the partitions with work; a table with nothing new gets
     no run. A failed table does not stop the others, and the command exits 1 naming every
     table that failed.
+
+    With --parallel N, N tables run side by side in threads of this process: one
+    SparkSession, a Spark scheduler pool per table, every output line prefixed with its
+    table (the live progress line is replaced by log lines).
     """
     if backup_only and redshift_only:
         raise click.UsageError("--backup-only and --redshift-only exclude each other")
@@ -55,13 +69,22 @@ def sync(
     stages = ("backup",) if backup_only else ("load",) if redshift_only else ("backup", "load")
     inst = runner.instance()
     s3 = _s3()
-    store = _store(s3)
-    tty = sys.stderr.isatty() if progress is None else progress
-    failed = [
-        t.name
-        for t in tables
-        if not _sync_table(ctx, t, stages, limit, inst=inst, s3=s3, store=store, tty=tty)
-    ]
+    side_by_side = parallel > 1 and len(tables) > 1
+    tty = (sys.stderr.isatty() if progress is None else progress) and not side_by_side
+
+    def one(table: TableConfig) -> bool:
+        try:
+            return _sync_table(ctx, table, stages, limit, inst=inst, s3=s3, tty=tty)
+        except Exception as e:  # noqa: BLE001 - one table's failure must not stop others
+            echo(f"{table.name}: FAILED: {e}", err=True, fg="red")
+            return False
+
+    if side_by_side:
+        with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="s3rs-sync") as pool:
+            results = list(pool.map(one, tables))
+    else:
+        results = [one(t) for t in tables]
+    failed = [t.name for t, ok in zip(tables, results, strict=True) if not ok]
     if failed:
         echo(f"failed: {', '.join(failed)}", err=True, fg="red")
         sys.exit(1)
@@ -95,10 +118,12 @@ def _sync_table(
     *,
     inst: Any,
     s3: Any,
-    store: Any,
     tty: bool,
 ) -> bool:
-    """Plan and run one table's sync; False when it failed (the reason is printed)."""
+    """Plan and run one table's sync; False when it failed (the reason is printed). Safe
+    to run for several tables at once: it builds its own watermark store and MySQL
+    connection, and prints only lines starting with the table's name."""
+    store = _store(s3)
     try:
         prepared = _prepare(table, stages, store)
     except Exception as e:  # noqa: BLE001 - this table fails, the others still run
