@@ -193,6 +193,29 @@ def instance() -> dg.DagsterInstance:
     return dg.DagsterInstance.get()
 
 
+def for_threads(inst: dg.DagsterInstance) -> dg.DagsterInstance:
+    """Make `inst` safe for runs executed side by side in threads of this process
+    (`s3rs sync --parallel`).
+
+    Dagster 1.13 calls `logging.config.dictConfig` at the start of every run, to collect the
+    handlers of dagster.yaml's `python_logs.dagster_handler_config`, even when none is
+    configured. dictConfig closes every logging handler of the process while holding
+    logging's module lock, so a run starting while another thread's run emits an event
+    deadlocks: seen here, the starting run held logging's lock waiting for the other run's
+    event-log handler, whose thread held it waiting for logging's lock. Without such
+    handlers that call yields nothing, so this instance skips it; with them configured,
+    side-by-side runs are refused. No public API exists to turn the call off.
+    """
+    if inst.get_python_log_dagster_handler_config():
+        raise ConfigError(
+            "`s3rs sync --parallel` cannot run with python_logs.dagster_handler_config in "
+            "dagster.yaml (Dagster reconfigures logging at every run start, which deadlocks "
+            "runs in threads): remove it or sync with --parallel 1"
+        )
+    inst.get_yaml_python_handlers = lambda: []  # type: ignore[method-assign]
+    return inst
+
+
 def execute(
     plan: SyncPlan,
     inst: dg.DagsterInstance,

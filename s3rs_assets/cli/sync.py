@@ -80,6 +80,7 @@ def sync(
             return False
 
     if side_by_side:
+        runner.for_threads(inst)
         with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="s3rs-sync") as pool:
             results = list(pool.map(one, tables))
     else:
