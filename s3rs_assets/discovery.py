@@ -36,10 +36,9 @@ def _rank(name: str) -> int:
     return _PREFERRED.index(low) if low in _PREFERRED else len(_PREFERRED)
 
 
-def discover(conn: Any, schema: str) -> tuple[list[dict[str, Any]], list[tuple[str, str]]]:
-    """(usable tables as tables.yaml entries, [(table, why left out)]); each entry is
-    profiled (rows, cursor span, proposed partition size, sensitive-looking columns)."""
-    check_identifier(schema, "schema")
+def _introspect(conn: Any, schema: str) -> tuple[list, dict, dict, dict]:
+    """(tables with their type, columns per table, primary key per table, columns leading
+    an index per table) of `schema`, from information_schema."""
     with conn.cursor() as cur:
         cur.execute(
             "SELECT TABLE_NAME, TABLE_TYPE FROM information_schema.TABLES "
@@ -72,6 +71,14 @@ def discover(conn: Any, schema: str) -> tuple[list[dict[str, Any]], list[tuple[s
                 pks.setdefault(tname, []).append(col)
             if seq == 1:
                 leading.setdefault(tname, set()).add(col.lower())
+    return found, columns, pks, leading
+
+
+def discover(conn: Any, schema: str) -> tuple[list[dict[str, Any]], list[tuple[str, str]]]:
+    """(usable tables as tables.yaml entries, [(table, why left out)]); each entry is
+    profiled (rows, cursor span, proposed partition size, sensitive-looking columns)."""
+    check_identifier(schema, "schema")
+    found, columns, pks, leading = _introspect(conn, schema)
     if not found:
         raise ConfigError(f"schema {schema!r} does not exist or holds no table this user can see")
     usable, skipped = [], []
