@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from s3rs_assets.cursor import SubRange, position_token
 from s3rs_assets.errors import ConfigError, IntegrityError
+from s3rs_assets.names import pool_name
 from s3rs_assets.source import SourceTable
 from s3rs_assets.types import arrow_schema
 from s3rs_assets.watermark import FileEntry, Position
@@ -190,9 +191,20 @@ class Extractor:
             self.src.schema, self.src.table, partition_key, position_token(start)
         )
 
+    def use_pool(self) -> None:
+        """Run this thread's Spark jobs in the table's own FAIR scheduler pool (tables
+        synced side by side share one session). A Spark Connect session has no local
+        properties: its server schedules."""
+        try:
+            sc = self.spark.sparkContext
+        except Exception:  # noqa: BLE001 - Spark Connect: no SparkContext on the client
+            return
+        sc.setLocalProperty("spark.scheduler.pool", pool_name(self.table_name))
+
     def read(self, items: list[Item]) -> list[FileEntry | None]:
         """One Spark job for every item; returns each item's verified file (None when the
         item held no row any more: it changed between planning and reading)."""
+        self.use_pool()
         keys = self.src.keys
         predicates = [i.rows.predicate(keys) for i in items]
         spec = WriteSpec(

@@ -242,6 +242,10 @@ def spark_defaults(master: str = "local[*]", jars: str = DEFAULT_JDBC_JARS) -> d
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
+        # Tables synced side by side (`s3rs sync --parallel`) share this session: FAIR
+        # scheduling with a pool per table (extract.py) keeps a big table's job from
+        # holding back the small ones.
+        "spark.scheduler.mode": "FAIR",
     }
     if jars:
         conf["spark.jars"] = jars

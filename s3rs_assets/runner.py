@@ -76,32 +76,6 @@ def plan_sync(
     return SyncPlan(table, stages, min(starts, key=keys.index), keys[-1])
 
 
-def plan_runs(
-    table: TableConfig, record: WatermarkRecord | None, stages: tuple[str, ...]
-) -> list[SyncPlan]:
-    """The runs of one table's sync, from the record alone (no MySQL): one range from the
-    first partition with work to the current one.
-
-    A backup run re-reads (recomputes) every *complete* partition in its range, so a range
-    must never reach back past the first incomplete backup partition only because the
-    load stage lags there (after `sync --backup-only`, or partitions `watermark set`
-    marked complete): that would read again windows the operator declared done. When the
-    load starts earlier, its backlog gets its own load-only run first.
-    """
-    plan = plan_sync(table, record, stages)
-    if stages != ("backup", "load"):
-        return [plan]
-    keys = partition_keys(table)
-    backup = keys.index(first_incomplete(table, record, "backup"))
-    load = keys.index(first_incomplete(table, record, "load"))
-    if load >= backup:
-        return [plan]
-    return [
-        SyncPlan(table, ("load",), keys[load], keys[backup - 1]),
-        SyncPlan(table, stages, keys[backup], plan.end),
-    ]
-
-
 #: Partitions two runs may lie apart and still be one run. A run costs Dagster ~3 s of its
 #: own on this machine's SQLite instance, each partition in it ~50 ms (its planned and
 #: materialization events): joining across more empty partitions than this costs more
@@ -217,6 +191,29 @@ def instance() -> dg.DagsterInstance:
             "(the demo uses .local/dagster_home; `source scripts/env.sh` sets it)"
         )
     return dg.DagsterInstance.get()
+
+
+def for_threads(inst: dg.DagsterInstance) -> dg.DagsterInstance:
+    """Make `inst` safe for runs executed side by side in threads of this process
+    (`s3rs sync --parallel`).
+
+    Dagster 1.13 calls `logging.config.dictConfig` at the start of every run, to collect the
+    handlers of dagster.yaml's `python_logs.dagster_handler_config`, even when none is
+    configured. dictConfig closes every logging handler of the process while holding
+    logging's module lock, so a run starting while another thread's run emits an event
+    deadlocks: seen here, the starting run held logging's lock waiting for the other run's
+    event-log handler, whose thread held it waiting for logging's lock. Without such
+    handlers that call yields nothing, so this instance skips it; with them configured,
+    side-by-side runs are refused. No public API exists to turn the call off.
+    """
+    if inst.get_python_log_dagster_handler_config():
+        raise ConfigError(
+            "`s3rs sync --parallel` cannot run with python_logs.dagster_handler_config in "
+            "dagster.yaml (Dagster reconfigures logging at every run start, which deadlocks "
+            "runs in threads): remove it or sync with --parallel 1"
+        )
+    inst.get_yaml_python_handlers = lambda: []  # type: ignore[method-assign]
+    return inst
 
 
 def execute(

@@ -22,7 +22,7 @@ import yaml
 from click.testing import CliRunner
 
 from s3rs_assets import cli, times
-from s3rs_assets.config import TableConfig
+from s3rs_assets.config import TableConfig, load_tables
 from s3rs_assets.io_manager import store_for
 from s3rs_assets.resources import S3Resource
 from s3rs_assets.watermark import FileEntry, LoadState, PartitionState, Position
@@ -60,6 +60,10 @@ def cli_tables_file(tmp_path_factory, mysql_db):
          **common},
         {"name": f"{mysql_db}.cli_other", "start": key_of(day(10)), **common},
         {"name": f"{mysql_db}.cli_verify", "start": key_of(day(3)), **common},
+        {"name": f"{mysql_db}.cli_sparse", "start": key_of(day(1100)), **common},
+        {"name": f"{mysql_db}.cli_long", "start": key_of(day(7300)), **common},
+        *({"name": f"{mysql_db}.cli_par{n}", "start": key_of(day(2)), "chunk_rows": 40,
+           **common} for n in (1, 2, 3)),
         {"name": f"{mysql_db}.ssh_orders", "start": key_of(day(2)), "chunk_rows": 20, **common},
         {"name": f"{mysql_db}.secret_orders", "start": key_of(day(1)), "chunk_rows": 50,
          **common},
@@ -274,16 +278,50 @@ def test_set_marks_before_complete_cuts_the_partition_and_drops_later_ones(stack
     assert f"Next sync starts from: partition {key_of(day(7))} at ({ts.isoformat()}" in got
 
 
-def test_set_on_a_new_table_fills_earlier_partitions_complete_without_files(stack):
+def test_set_on_a_new_table_closes_earlier_partitions_as_one_range(stack):
     name = stack.name("cli_other")
     result = invoke("watermark", "set", "-t", name, "--timestamp", key_of(day(3)), "-y")
     assert result.exit_code == 0, result.output
+    assert f"{key_of(day(10))} .. {key_of(day(4))}: 7 empty partitions closed" in result.output
     rec = stack.store.read(name)
-    assert [k for k, p in sorted(rec.partitions.items()) if p.status == "complete"] == [
-        key_of(day(n)) for n in range(10, 3, -1)]
-    assert all(not p.files for p in rec.partitions.values())
+    assert all(rec.is_complete(key_of(day(n)), day(n), day(n - 1)) for n in range(10, 3, -1))
+    assert list(rec.partitions) == [key_of(day(3))] and len(rec.closed) == 1
     assert rec.partitions[key_of(day(3))].cursor == Position(c=day(3), pk=None)
-    assert len(rec.partitions) == 8
+    assert rec.partitions[key_of(day(3))].status == "partial"
+
+
+def test_set_across_twenty_quiet_years_keeps_the_record_small(stack):
+    """A 20-year daily table: `set` closes the 7,270 days before TS as one range (not one
+    entry per day), `get` shows it as one line, and a later `set` to an earlier time
+    re-opens what lies after it."""
+    from s3rs_assets.partitions import partition_keys
+
+    name = stack.name("cli_long")
+    cfg = next(t for t in load_tables() if t.name == name)
+    keys = partition_keys(cfg)
+    held = keys.index(key_of(day(30)))
+    r = invoke("watermark", "set", "-t", name, "--timestamp", key_of(day(30)), "--yes")
+    assert r.exit_code == 0, r.output
+    line = f"{keys[0]} .. {key_of(day(31))}: {held:,} empty partitions closed"
+    assert line in r.output and held > 7200
+    rec = stack.store.read(name)
+    assert list(rec.partitions) == [key_of(day(30))] and len(rec.closed) == 1
+    assert len(rec.to_json().encode()) < 4096
+    got = invoke("watermark", "get", "-t", name).output
+    assert "Closed (complete, empty) partitions" in got and line in got
+    assert got.count(" empty partitions closed") == 1
+    assert f"Next sync starts from: partition {key_of(day(30))} at " in got
+    # back to an earlier point: the days after it are no longer closed
+    r = invoke("watermark", "set", "-t", name, "--timestamp", key_of(day(400)), "--yes")
+    assert r.exit_code == 0, r.output
+    rec = stack.store.read(name)
+    assert list(rec.partitions) == [key_of(day(400))] and len(rec.closed) == 1
+    assert rec.closed[0].end == day(400)
+    assert not rec.is_complete(key_of(day(100)), day(100), day(99))
+    # reset drops the closed ranges too: every partition is read again
+    assert invoke("watermark", "reset", "-t", name, "--yes").exit_code == 0
+    rec = stack.store.read(name)
+    assert rec.closed == [] and rec.partitions == {}
 
 
 @pytest.mark.parametrize(("text", "delta"), [("2d", timedelta(days=2)),
@@ -706,6 +744,63 @@ def test_tables_discover(stack, disc_schema):
     assert f"#   {disc_schema}.recent: a view, not a table" in out
 
 
+@pytest.fixture
+def sized_schema(mysql_db):
+    """Tables whose row counts and cursor spans call for different partition sizes, and one
+    with secret-looking columns."""
+    name = f"{mysql_db}_size"
+    ddl = "(id BIGINT PRIMARY KEY, updated_at DATETIME(6) NOT NULL, KEY (updated_at)) "
+    with mysql(mysql_db) as conn, conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+        cur.execute(f"CREATE DATABASE `{name}`")
+        cur.execute(f"USE `{name}`")
+        for t in ("old_sample", "hot", "recent", "tiny", "blank"):
+            cur.execute(f"CREATE TABLE {t} {ddl}")
+        # 46,000 rows on 2006-02-14/15 (the sakila shape): 20 years of partitions to today
+        cur.execute("INSERT INTO old_sample SELECT seq, '2006-02-14 20:00:00' + INTERVAL "
+                    "(seq % 86400) SECOND FROM seq_1_to_46000")
+        # 20,000 rows within the last 5 hours
+        cur.execute("INSERT INTO hot SELECT seq, NOW() - INTERVAL (seq % 18000) SECOND "
+                    "FROM seq_1_to_20000")
+        # 30,000 rows over the last 3 days
+        cur.execute("INSERT INTO recent SELECT seq, NOW() - INTERVAL (seq * 8) SECOND "
+                    "FROM seq_1_to_30000")
+        cur.execute("INSERT INTO tiny SELECT seq, NOW() - INTERVAL seq HOUR FROM seq_1_to_40")
+        cur.execute("CREATE TABLE users (user_id INT PRIMARY KEY, email VARCHAR(100), "
+                    "password VARCHAR(64), api_token VARCHAR(64), ssn CHAR(11), "
+                    "credit_card_number VARCHAR(20), last_update TIMESTAMP NOT NULL)")
+    yield name
+    with mysql(mysql_db) as conn, conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+
+
+def test_tables_discover_proposes_partition_sizes_and_flags_secrets(stack, sized_schema):
+    from s3rs_assets.discovery import MAX_PARTITIONS
+
+    result = invoke("tables", "discover", "--schema", sized_schema)
+    assert result.exit_code == 0, result.output
+    doc = yaml.safe_load(result.output)
+    sizes = {e["name"].split(".")[1]: e["partition"] for e in doc["tables"]}
+    assert sizes == {"old_sample": "weekly", "hot": "hourly", "recent": "daily",
+                     "tiny": "monthly", "blank": "daily", "users": "daily"}
+    for e in doc["tables"]:
+        TableConfig.from_dict(e)  # still a ready stanza
+    out = result.output
+    assert "# 46,000 rows over 2006-02-14..2006-02-15, ~46,000 rows per partition with data" in out
+    weeks = next(line for line in out.splitlines() if "46,000 rows over" in line)
+    assert weeks.endswith("weekly partitions up to today: weekly")
+    assert int(weeks.split(" weekly partitions")[0].rsplit(" ", 1)[1].replace(",", "")) <= (
+        MAX_PARTITIONS)
+    assert "start: 2006-02-14  # the oldest row's day" in out
+    assert "# 20,000 rows over " in out and "hourly partitions up to today: hourly" in out
+    assert "# 30,000 rows over " in out and "daily partitions up to today: daily" in out
+    assert "# 40 rows over " in out and "monthly partitions up to today: monthly" in out
+    assert "# empty table (no dated row): daily, the default" in out
+    assert ("# exclude_columns: [password, api_token, ssn, credit_card_number]  # names look "
+            "like secrets or personal data") in out
+    assert out.count("# exclude_columns:") == 1  # only the users table
+
+
 def test_tables_discover_unknown_schema(stack):
     result = invoke("tables", "discover", "--schema", "no_such_schema_xyz")
     assert result.exit_code == 2
@@ -728,7 +823,7 @@ def verify_table(stack):
     rows += [(i, day(1) + timedelta(minutes=i)) for i in range(41, 61)]
     with mysql(stack.db) as conn:
         make_ties_table(conn, "cli_verify", rows)
-    cfg = next(t for t in cli.load_tables() if t.name == stack.name("cli_verify"))
+    cfg = next(t for t in load_tables() if t.name == stack.name("cli_verify"))
     target = load_target(cfg, MySQLResource(url=f"mysql://root:@{MYSQL_HOST}:{MYSQL_PORT}/"
                                                 f"{stack.db}"))
     ensure_target(WarehouseResource(url=stack.pg_url), target)
@@ -807,7 +902,7 @@ def test_sync_both_stages_failed_table_named_others_run(stack, orders, monkeypat
     assert r.exit_code == 1, r.output
     assert f"{name}: backup + load, partitions {key_of(day(2))} .. {key_of(day(0))}" in r.stdout
     assert f"{name}: run " in r.stdout and "succeeded" in r.stdout
-    assert f"{broken}: run " in r.stderr and "FAILED" in r.stderr
+    assert f"{broken}: FAILED before any run: " in r.stderr
     assert "does not exist in MySQL" in r.stderr  # the reason, not a traceback
     assert f"failed: {broken}" in r.stderr and name not in r.stderr.split("failed:")[-1]
     events = _json_lines(r.stderr)
@@ -828,7 +923,7 @@ def test_sync_both_stages_failed_table_named_others_run(stack, orders, monkeypat
     import dagster as dg
     with dg.DagsterInstance.from_config(str(stack.home)) as inst:
         runs = inst.get_runs()
-        assert {r.tags.get("s3rs/table") for r in runs} == {name, broken}
+        assert {r.tags.get("s3rs/table") for r in runs} == {name}  # broken: no run
     # daily incremental with --all: every configured table, nothing new to copy
     only = stack.home / "tables.yaml"
     only.write_text(yaml.safe_dump({"tables": [
@@ -837,7 +932,8 @@ def test_sync_both_stages_failed_table_named_others_run(stack, orders, monkeypat
     monkeypatch.setenv("S3RS_TABLES", str(only))
     r = invoke("sync", "--all", "--no-progress")
     assert r.exit_code == 0, r.output
-    assert f"{name}: backup + load, partitions {key_of(day(0))} .. {key_of(day(0))}" in r.stdout
+    assert f"{name}: nothing new below the safety bound " in r.stdout
+    assert "partitions" not in r.stdout and "run " not in r.stdout
     assert stack.store.read(name).mysql_rows_extracted == 60
 
 
@@ -883,30 +979,6 @@ def test_sync_backup_only_limit_progress_then_redshift_only(stack, orders):
     assert invoke("verify", "-t", name).exit_code == 0
     assert json.loads(invoke("watermark", "get", "-t", name, "--json").stdout)[
         "mysql_status"] == "success"
-
-
-def test_plan_runs_gives_the_load_backlog_its_own_run(stack):
-    from s3rs_assets import runner
-
-    cfg = next(t for t in cli.load_tables() if t.name == stack.name("cli_wm"))
-    rec = seed(stack)  # days 10..5 complete, day 4 partial; days 10..6 loaded
-    assert [(p.stages, p.start, p.end) for p in runner.plan_runs(cfg, rec, (
-        "backup", "load"))] == [
-        (("load",), key_of(day(5)), key_of(day(5))),
-        (("backup", "load"), key_of(day(4)), key_of(day(0))),
-    ]
-    rec.loaded_partitions[key_of(day(5))] = LoadState(
-        files=[f.key for f in rec.partitions[key_of(day(5))].files])
-    plans = runner.plan_runs(cfg, rec, ("backup", "load"))
-    assert [(p.stages, p.start, p.end) for p in plans] == [
-        (("backup", "load"), key_of(day(4)), key_of(day(0)))]
-    rec.loaded_partitions.pop(key_of(day(8)))
-    plans = runner.plan_runs(cfg, rec, ("backup", "load"))
-    assert [(p.stages, p.start, p.end) for p in plans] == [
-        (("load",), key_of(day(8)), key_of(day(5))),
-        (("backup", "load"), key_of(day(4)), key_of(day(0))),
-    ]
-    assert [p.start for p in runner.plan_runs(cfg, rec, ("load",))] == [key_of(day(8))]
 
 
 def test_sync_all_runs_every_table_and_names_failures(stack, monkeypatch):
@@ -976,6 +1048,12 @@ def _mysql_now(db: str) -> datetime:
         return cur.fetchone()[0]
 
 
+def _insert_now(stack: Stack, row_id: int) -> None:
+    """A row just below MySQL's clock (lag 0s): the next sync has something to read."""
+    with mysql(stack.db) as conn:
+        insert_rows(conn, "cli_orders", [(row_id, _mysql_now(stack.db) - timedelta(seconds=1))])
+
+
 def test_sync_fails_when_its_check_fails(stack, orders):
     """A sync whose warehouse does not match MySQL afterwards has not succeeded."""
     name = stack.name("cli_orders")
@@ -986,12 +1064,14 @@ def test_sync_fails_when_its_check_fails(stack, orders):
     assert invoke("sync", "-t", name, "--no-progress").exit_code == 0
     with pg(stack) as c:
         c.execute(f'DELETE FROM "{stack.db}"."cli_orders" WHERE id = 80')
+    _insert_now(stack, 82)  # something new, or the sync launches no run (and no check)
     r = invoke("--log-format", "json", "sync", "-t", name)
     assert r.exit_code == 1, r.output
     failures = [e for e in _json_lines(r.stderr) if e.get("event") == "check_failed"]
     assert failures and failures[0]["table"] == name
     assert "MISMATCH" in failures[0]["error"] and key_of(day(0)) in failures[0]["error"]
     assert f"failed: {name}" in r.stderr
+    _insert_now(stack, 83)
     text = invoke("sync", "-t", name, "--no-progress")
     assert text.exit_code == 1
     assert "FAILED its check matches_mysql (mysql_rows " in text.stderr
@@ -1051,3 +1131,132 @@ def test_sync_works_without_the_venv_on_path(stack, orders):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "No module named" not in proc.stderr
     assert stack.store.read(stack.name("cli_orders")).mysql_rows_extracted == 60
+
+
+# --------------------------------------------------------- sync plans from MySQL probes
+
+
+@pytest.fixture
+def sparse(stack):
+    """Three years of daily partitions (start 1,100 days ago); rows on two late days only."""
+    from s3rs_assets.load.sql import create_ledger_sql
+
+    rows = [(i, day(5) + timedelta(hours=2, microseconds=i % 4)) for i in range(1, 41)]
+    rows += [(i, day(4) + timedelta(hours=7)) for i in range(41, 61)]
+    with mysql(stack.db) as conn:
+        make_ties_table(conn, "cli_sparse", rows)
+    with pg(stack) as c:
+        c.execute(f'DROP TABLE IF EXISTS "{stack.db}"."cli_sparse"')
+        c.execute(f'CREATE SCHEMA IF NOT EXISTS "{stack.db}"')
+        c.execute(create_ledger_sql(stack.db))
+        c.execute(f'DELETE FROM "{stack.db}".s3rs_load_ledger WHERE table_name = %s',
+                  ("cli_sparse",))
+    return rows
+
+
+def _runs(stack: Stack, name: str) -> int:
+    """Runs of `name` recorded in the test's Dagster instance."""
+    import dagster as dg
+
+    with dg.DagsterInstance.from_config(str(stack.home)) as inst:
+        return len(inst.get_runs(filters=dg.RunsFilter(tags={"s3rs/table": name})))
+
+
+def test_sync_closes_the_empty_history_without_a_run_and_skips_when_nothing_is_new(
+    stack, sparse
+):
+    import re
+
+    name = stack.name("cli_sparse")
+    r = invoke("sync", "-t", name, "--no-progress")
+    assert r.exit_code == 0, r.output
+    # the 1,095 empty days before the data (and the quiet days after it) need no run
+    closed = re.search(rf"{re.escape(name)}: ([\d,]+) empty partition\(s\) closed without a run",
+                       r.stdout)
+    assert closed and int(closed.group(1).replace(",", "")) >= 1095, r.stdout
+    assert f"{name}: backup + load, partitions {key_of(day(5))} .. {key_of(day(4))}" in r.stdout
+    assert r.stdout.count(" succeeded") == 1 and _runs(stack, name) == 1
+    rec = stack.store.read(name)
+    assert set(rec.partitions) == {key_of(day(5)), key_of(day(4))}
+    assert rec.is_complete(key_of(day(6)), day(6), day(5)) and len(rec.closed) <= 2
+    assert rec.mysql_rows_extracted == 60 and rec.redshift_rows_loaded == 60
+    # exact in the warehouse: every row, every value
+    with mysql(stack.db) as conn, conn.cursor() as cur:
+        cur.execute("SELECT id, update_at, amount, note FROM cli_sparse ORDER BY id")
+        want = [tuple(row) for row in cur.fetchall()]
+    with pg(stack) as c:
+        got = [tuple(row) for row in c.execute(
+            f'SELECT id, update_at, amount, note FROM "{stack.db}"."cli_sparse" ORDER BY id')]
+    assert got == want and len(got) == 60
+    # nothing new: no run at all, and the command says why, naming the bound
+    again = invoke("sync", "-t", name, "--no-progress")
+    assert again.exit_code == 0, again.output
+    assert re.search(rf"{re.escape(name)}: nothing new below the safety bound "
+                     r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", again.stdout), again.stdout
+    assert _runs(stack, name) == 1
+    assert stack.store.read(name).mysql_rows_extracted == 60
+
+
+# ------------------------------------------------------------- tables side by side
+
+
+PAR_TABLES = ("cli_par1", "cli_par2", "cli_par3")
+
+
+@pytest.fixture
+def par_tables(stack):
+    """Three small tables (25, 50, 75 rows over three days), fresh in both databases; the
+    source of cli_broken dropped."""
+    from s3rs_assets.load.sql import create_ledger_sql
+
+    with mysql(stack.db) as conn:
+        for n, t in enumerate(PAR_TABLES, 1):
+            rows = [(i, day(i % 3) + timedelta(hours=1 + i % 5)) for i in range(1, 25 * n + 1)]
+            rows = [(i, ts if ts < datetime.now() - timedelta(minutes=1) else
+                     datetime.now() - timedelta(minutes=2)) for i, ts in rows]
+            make_ties_table(conn, t, rows)
+        with conn.cursor() as cur:
+            cur.execute("DROP TABLE IF EXISTS cli_broken")
+    with pg(stack) as c:
+        c.execute(f'CREATE SCHEMA IF NOT EXISTS "{stack.db}"')
+        c.execute(create_ledger_sql(stack.db))
+        for t in PAR_TABLES:
+            c.execute(f'DROP TABLE IF EXISTS "{stack.db}"."{t}"')
+            c.execute(f'DELETE FROM "{stack.db}".s3rs_load_ledger WHERE table_name = %s', (t,))
+
+
+def test_sync_parallel_runs_tables_side_by_side_and_a_broken_one_fails_alone(
+    stack, par_tables
+):
+    import dagster as dg
+
+    from s3rs_assets.resources import spark_defaults
+
+    assert spark_defaults("local[2]")["spark.scheduler.mode"] == "FAIR"
+    names = [stack.name(t) for t in PAR_TABLES]
+    broken = stack.name("cli_broken")
+    args = [a for n in [names[0], broken, *names[1:]] for a in ("-t", n)]
+    r = invoke("sync", "--parallel", "3", "--no-progress", *args)
+    assert r.exit_code == 1, r.output
+    assert r.stderr.strip().splitlines()[-1] == f"failed: {broken}"
+    assert f"{broken}: FAILED before any run: " in r.stderr
+    # every line of the command's own output names its table
+    for line in r.stdout.splitlines():
+        assert line.split(":", 1)[0] in {*names, broken}, line
+    for n, (name, t) in enumerate(zip(names, PAR_TABLES, strict=True), 1):
+        assert f"{name}: run " in r.stdout, r.stdout
+        with mysql(stack.db) as conn, conn.cursor() as cur:
+            cur.execute(f"SELECT id, update_at, amount, note FROM `{t}` ORDER BY id")
+            want = [tuple(row) for row in cur.fetchall()]
+        with pg(stack) as c:
+            got = [tuple(row) for row in c.execute(
+                f'SELECT id, update_at, amount, note FROM "{stack.db}"."{t}" ORDER BY id')]
+        assert got == want and len(got) == 25 * n
+        assert stack.store.read(name).mysql_rows_extracted == 25 * n
+    # one run per table, and they ran at the same time (one process, one Spark)
+    with dg.DagsterInstance.from_config(str(stack.home)) as inst:
+        records = [inst.get_run_records(filters=dg.RunsFilter(tags={"s3rs/table": n}))
+                   for n in names]
+    assert [len(rs) for rs in records] == [1, 1, 1]
+    spans = [(rs[0].start_time, rs[0].end_time) for rs in records]
+    assert any(a[0] < b[1] and b[0] < a[1] for a in spans for b in spans if a is not b), spans

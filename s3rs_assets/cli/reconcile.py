@@ -7,53 +7,26 @@ configuration (unknown table, --from after --to, a table never synced): nothing 
 
 `--json` prints one stable document (`reconcile.REPORT_VERSION`): counts per kind,
 timings, example keys, and the full list of differences; benchmarks read it.
-Kept self-contained (its own small resource builders) while `cli.py` is being split.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
-from typing import Any
 
 import click
 
-from s3rs_assets import logs
+from s3rs_assets.cli.common import _mysql, _s3, _warehouse, echo
 from s3rs_assets.config import find_table, load_tables
-from s3rs_assets.errors import ConfigError, S3rsError
+from s3rs_assets.errors import S3rsError
 from s3rs_assets.io_manager import store_for
 from s3rs_assets.reconcile import KINDS, ReconcileOptions, ReconcileReport, reconcile_table
 from s3rs_assets.resources import MySQLResource, S3Resource
 from s3rs_assets.warehouse import WarehouseResource
 
 
-def _echo(text: str = "", err: bool = False, **style: Any) -> None:
-    text = logs.redact(text)
-    if style:
-        click.secho(text, err=err, **style)
-    else:
-        click.echo(text, err=err)
-
-
-def _env(name: str, example: str) -> str:
-    value = os.environ.get(name)
-    if not value:
-        raise ConfigError(f"{name} is not set ({example})")
-    return value
-
-
 def _resources() -> tuple[MySQLResource, WarehouseResource, S3Resource]:
-    mysql = MySQLResource(url=_env("S3RS_MYSQL_URL", "mysql://user:password@host:port/db"))
-    warehouse = WarehouseResource(
-        url=_env("S3RS_REDSHIFT_URL", "redshift://... or postgresql://user:password@host/db"),
-        iam_role=os.environ.get("S3RS_REDSHIFT_IAM_ROLE") or None,
-    )
-    s3 = S3Resource(
-        bucket=_env("S3RS_S3_BUCKET", "the bucket s3rs writes to"),
-        prefix=os.environ.get("S3RS_S3_PREFIX", "s3rs"),
-    )
-    return mysql, warehouse, s3
+    return _mysql(), _warehouse(), _s3()
 
 
 def render(report: ReconcileReport) -> list[str]:
@@ -69,8 +42,11 @@ def render(report: ReconcileReport) -> list[str]:
         f"  {'KIND':<10} {'COUNT':>8}  EXAMPLE KEYS",
     ]
     examples = report.as_json(full=False)["examples"]
-    what = {"missing": "missing in the warehouse", "extra": "deleted in MySQL",
-            "differs": "content differs"}
+    what = {
+        "missing": "missing in the warehouse",
+        "extra": "deleted in MySQL",
+        "differs": "content differs",
+    }
     for kind in KINDS:
         n = report.diff.count(kind)
         keys = ", ".join(json.dumps(k, ensure_ascii=False) for k in examples.get(kind, []))
@@ -84,8 +60,10 @@ def render(report: ReconcileReport) -> list[str]:
             + (f"; left for the next pass: {report.plan.skipped}" if report.plan.skipped else "")
         )
     for r in report.resumed:
-        lines.append(f"  finished the pending repair {r.file} "
-                     f"({'loaded now' if r.loaded else 'already in the ledger'})")
+        lines.append(
+            f"  finished the pending repair {r.file} "
+            f"({'loaded now' if r.loaded else 'already in the ledger'})"
+        )
     if report.pending:
         lines.append(f"  a repair is pending ({report.pending}): run with --apply to finish it")
     return lines
@@ -104,10 +82,20 @@ def render(report: ReconcileReport) -> list[str]:
 )
 @click.option("--apply", is_flag=True, help="Repair what differs, through the load ledger.")
 @click.option("--json", "as_json", is_flag=True, help="The full report as JSON.")
-@click.option("--threshold", type=click.IntRange(min=1), default=256, show_default=True,
-              help="Rows per side a range may hold before its rows are fetched.")
-@click.option("--workers", type=click.IntRange(1, 16), default=2, show_default=True,
-              help="Connections per database.")
+@click.option(
+    "--threshold",
+    type=click.IntRange(min=1),
+    default=256,
+    show_default=True,
+    help="Rows per side a range may hold before its rows are fetched.",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 16),
+    default=2,
+    show_default=True,
+    help="Connections per database.",
+)
 @click.option("--examples", type=click.IntRange(min=0), default=10, show_default=True)
 def reconcile(
     name: str,
@@ -139,19 +127,24 @@ def reconcile(
         options.check(table.name)
         mysql, warehouse, s3 = _resources()
         report = reconcile_table(
-            table, mysql, warehouse, s3, store_for(s3), options,
-            log=lambda m: None if as_json else _echo(m, err=True),
+            table,
+            mysql,
+            warehouse,
+            s3,
+            store_for(s3),
+            options,
+            log=lambda m: None if as_json else echo(m, err=True),
         )
     except S3rsError as e:
-        _echo(f"error: {e}", err=True, fg="red")
+        echo(f"error: {e}", err=True, fg="red")
         sys.exit(2)
     if as_json:
-        _echo(json.dumps(report.as_json(), indent=2, ensure_ascii=False, default=str))
+        echo(json.dumps(report.as_json(), indent=2, ensure_ascii=False, default=str))
     else:
         for line in render(report):
-            _echo(line)
-    remaining = report.total if not apply else sum(
-        report.plan.skipped.values() if report.plan else []
+            echo(line)
+    remaining = (
+        report.total if not apply else sum(report.plan.skipped.values() if report.plan else [])
     )
     if remaining:
         sys.exit(1)

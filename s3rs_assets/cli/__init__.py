@@ -1,0 +1,67 @@
+"""The `s3rs` command line: thin, it calls the same functions the assets use.
+
+One module per command group: `sync`, `watermark`, `s3` (s3clean), `tables`, `verify`,
+`reconcile`; `common` holds what they share. The logic lives beside the data it changes
+(`runner`, `watermark_edit`, `s3clean`, `verify`, `reconcile`): these modules parse, call
+and print.
+
+Sensors and this CLI never start Spark themselves; `s3rs sync` launches Dagster runs, and
+those runs start one SparkSession for the whole command.
+
+Exit codes: 0 done; 1 a sync or verify found a failure, or a confirmation was declined;
+2 bad input or configuration (unknown table, invalid timestamp, conflicting flags,
+unreachable service): nothing was changed.
+
+Every line printed goes through `logs.redact`, and every log line through the redaction
+filter, so no credential from the environment reaches the terminal.
+
+Manual watermark changes (`watermark set` / `reset`) are compare-and-swap updates of the
+current record (`WatermarkStore.update`): a run working on the same table at that moment
+loses its next checkpoint with a WatermarkConflict instead of overwriting the manual
+setting, and later runs only move the cursors forward from where `set` put them.
+"""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from s3rs_assets import logs
+from s3rs_assets.cli.reconcile import reconcile
+from s3rs_assets.cli.s3 import s3clean
+from s3rs_assets.cli.sync import sync
+from s3rs_assets.cli.tables import tables
+from s3rs_assets.cli.verify import verify
+from s3rs_assets.cli.watermark import watermark
+from s3rs_assets.errors import S3rsError
+
+__all__ = ["main"]
+
+
+@click.group()
+@click.option(
+    "--log-format",
+    type=click.Choice(logs.FORMATS),
+    default=None,
+    help="Log lines as text (default) or JSON lines; also S3RS_LOG_FORMAT.",
+)
+@click.option(
+    "--log-level",
+    default=lambda: os.environ.get("S3RS_LOG_LEVEL", "INFO"),
+    show_default="INFO",
+    help="DEBUG, INFO, WARNING or ERROR (S3RS_LOG_LEVEL).",
+)
+@click.pass_context
+def main(ctx: click.Context, log_format: str | None, log_level: str) -> None:
+    """s3rs: keep Redshift in step with MySQL through S3 parquet, on Dagster."""
+    try:
+        fmt = logs.resolve_format(log_format)
+        logs.configure(fmt, log_level)
+    except S3rsError as e:
+        raise click.UsageError(str(e)) from None
+    ctx.obj = {"log_format": fmt, "log_level": log_level.upper()}
+
+
+for _command in (sync, watermark, s3clean, tables, verify, reconcile):
+    main.add_command(_command)

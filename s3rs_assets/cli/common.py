@@ -1,0 +1,121 @@
+"""What every `s3rs` command shares: printing through the redactor, turning s3rs errors
+into exit code 2, resources built from the environment, and the table list."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable
+from datetime import datetime
+from functools import wraps
+from typing import Any
+
+import click
+
+from s3rs_assets import logs
+from s3rs_assets.config import TableConfig, find_table, load_tables
+from s3rs_assets.errors import ConfigError, S3rsError
+from s3rs_assets.io_manager import store_for
+from s3rs_assets.resources import MySQLResource, S3Resource
+from s3rs_assets.source import server_now
+from s3rs_assets.warehouse import WarehouseResource
+
+log = logging.getLogger("s3rs.cli")
+
+
+def echo(text: str = "", err: bool = False, **style: Any) -> None:
+    """click.echo through the redactor: nothing printed may carry a credential."""
+    text = logs.redact(text)
+    if style:
+        click.secho(text, err=err, **style)
+    else:
+        click.echo(text, err=err)
+
+
+def _s3() -> S3Resource:
+    bucket = os.environ.get("S3RS_S3_BUCKET")
+    if not bucket:
+        raise click.UsageError("S3RS_S3_BUCKET is not set")
+    return S3Resource(bucket=bucket, prefix=os.environ.get("S3RS_S3_PREFIX", "s3rs"))
+
+
+def _store(s3: S3Resource | None = None) -> Any:
+    return store_for(s3 or _s3())
+
+
+def _mysql() -> MySQLResource:
+    url = os.environ.get("S3RS_MYSQL_URL")
+    if not url:
+        raise ConfigError("S3RS_MYSQL_URL is not set (mysql://user:password@host:port/db)")
+    return MySQLResource(url=url)
+
+
+def _warehouse() -> WarehouseResource:
+    url = os.environ.get("S3RS_REDSHIFT_URL")
+    if not url:
+        raise ConfigError(
+            "S3RS_REDSHIFT_URL is not set (redshift://... or postgresql://user:password@host/db)"
+        )
+    return WarehouseResource(url=url, iam_role=os.environ.get("S3RS_REDSHIFT_IAM_ROLE") or None)
+
+
+def _source_now() -> datetime:
+    """The MySQL server's clock (naive, source time zone): what cursors compare against."""
+    with _mysql().connect() as conn:
+        return server_now(conn)
+
+
+def friendly_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn s3rs's own errors into one red line and exit code 2, without a traceback.
+
+    Anything else is a bug or an unexpected service error: one redacted line, exit 1, and
+    the (redacted) traceback at debug level.
+    """
+
+    @wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except S3rsError as e:
+            echo(f"error: {e}", err=True, fg="red")
+            sys.exit(2)
+        except (click.ClickException, click.exceptions.Exit, click.Abort, SystemExit):
+            raise
+        except Exception as e:  # noqa: BLE001 - the last line of defence for secrets
+            log.debug("unexpected error", exc_info=True)
+            echo(f"error: unexpected {type(e).__name__}: {e}", err=True, fg="red")
+            sys.exit(1)
+
+    return wrapper
+
+
+def _tables(names: tuple[str, ...], all_: bool = False) -> list[TableConfig]:
+    tables = load_tables()
+    if all_:
+        if names:
+            raise click.UsageError("give either --all or -t/--table, not both")
+        if not tables:
+            raise click.UsageError("no tables configured")
+        return tables
+    if not names:
+        raise click.UsageError("name a table with -t schema.table (or --all)")
+    return [find_table(tables, n) for n in names]
+
+
+def _table(name: str) -> TableConfig:
+    return find_table(load_tables(), name)
+
+
+def _dump(obj: Any) -> None:
+    echo(json.dumps(obj, indent=2, default=str))
+
+
+def _say(ctx: click.Context, level: int, text: str, **fields: Any) -> None:
+    """A finding for people (a coloured line on stderr) or, with `--log-format json`, one
+    structured log record carrying `fields`."""
+    if ctx.obj and ctx.obj.get("log_format") == "json":
+        log.log(level, text, extra=fields)
+    else:
+        echo(text, err=True, fg="red" if level >= logging.ERROR else "yellow")

@@ -1,0 +1,222 @@
+"""`s3rs sync`: plan each table from MySQL probes (runner.prepare), then run only where
+there is work, through Dagster in this process (the runs show in the UI)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import click
+
+from s3rs_assets import runner
+from s3rs_assets.cli.common import _mysql, _s3, _say, _store, _tables, echo, friendly_errors
+from s3rs_assets.config import TableConfig
+from s3rs_assets.progress import SYNC_TAG, SyncMonitor, failure_reasons
+from s3rs_assets.watermark_edit import fmt as _fmt
+
+
+@click.command()
+@click.option("-t", "--table", "names", multiple=True, help="schema.table (repeatable)")
+@click.option("--all", "all_", is_flag=True, help="Every configured table.")
+@click.option("--backup-only", is_flag=True, help="Only MySQL -> S3 (materialize s3_parquet).")
+@click.option("--redshift-only", is_flag=True, help="Only S3 -> Redshift (redshift_table).")
+@click.option("--limit", type=click.IntRange(min=1), help="Read at most N rows per table.")
+@click.option(
+    "--progress/--no-progress",
+    default=None,
+    help="Live progress line (default: on when stderr is a terminal, else log lines).",
+)
+@click.option(
+    "--parallel",
+    type=click.IntRange(1, 32),
+    default=1,
+    show_default=True,
+    help="Tables synced at once: each its own Dagster run and watermark, sharing one Spark "
+    "(each table in its own FAIR scheduler pool).",
+)
+@click.pass_context
+@friendly_errors
+def sync(
+    ctx: click.Context,
+    names: tuple[str, ...],
+    all_: bool,
+    backup_only: bool,
+    redshift_only: bool,
+    limit: int | None,
+    progress: bool | None,
+    parallel: int,
+) -> None:
+    """Sync tables through Dagster, running only where MySQL has rows or S3 has files to load.
+
+    Each table is first probed in MySQL (index-only queries below the safety bound): empty
+    stretches of partitions are closed in the watermark without a run, and Dagster runs
+    (visible in the UI) cover only the partitions with work; a table with nothing new gets
+    no run. A failed table does not stop the others, and the command exits 1 naming every
+    table that failed.
+
+    With --parallel N, N tables run side by side in threads of this process: one
+    SparkSession, a Spark scheduler pool per table, every output line prefixed with its
+    table (the live progress line is replaced by log lines).
+    """
+    if backup_only and redshift_only:
+        raise click.UsageError("--backup-only and --redshift-only exclude each other")
+    if redshift_only and limit is not None:
+        raise click.UsageError("--limit applies to the backup stage, not --redshift-only")
+    tables = _tables(names, all_)
+    stages = ("backup",) if backup_only else ("load",) if redshift_only else ("backup", "load")
+    inst = runner.instance()
+    s3 = _s3()
+    side_by_side = parallel > 1 and len(tables) > 1
+    tty = (sys.stderr.isatty() if progress is None else progress) and not side_by_side
+
+    def one(table: TableConfig) -> bool:
+        try:
+            return _sync_table(ctx, table, stages, limit, inst=inst, s3=s3, tty=tty)
+        except Exception as e:  # noqa: BLE001 - one table's failure must not stop others
+            echo(f"{table.name}: FAILED: {e}", err=True, fg="red")
+            return False
+
+    if side_by_side:
+        runner.for_threads(inst)
+        with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="s3rs-sync") as pool:
+            results = list(pool.map(one, tables))
+    else:
+        results = [one(t) for t in tables]
+    failed = [t.name for t, ok in zip(tables, results, strict=True) if not ok]
+    if failed:
+        echo(f"failed: {', '.join(failed)}", err=True, fg="red")
+        sys.exit(1)
+
+
+def _prepare(table: TableConfig, stages: tuple[str, ...], store: Any) -> Any:
+    """runner.prepare with a MySQL connection of this table's own (closed afterwards): the
+    probes, the closing of empty stretches and the plans."""
+    mysql = _mysql() if "backup" in stages else None
+    try:
+        return runner.prepare(table, mysql, store, stages)
+    finally:
+        if mysql is not None:
+            mysql.teardown_after_execution(None)
+
+
+def _nothing_new(table: TableConfig, prepared: Any, stages: tuple[str, ...]) -> str:
+    if "backup" not in stages:
+        return f"{table.name}: nothing to load (every extracted file is in the load ledger)"
+    return (
+        f"{table.name}: nothing new below the safety bound {_fmt(prepared.bound)} "
+        "(MySQL clock): no run"
+    )
+
+
+def _sync_table(
+    ctx: click.Context,
+    table: TableConfig,
+    stages: tuple[str, ...],
+    limit: int | None,
+    *,
+    inst: Any,
+    s3: Any,
+    tty: bool,
+) -> bool:
+    """Plan and run one table's sync; False when it failed (the reason is printed). Safe
+    to run for several tables at once: it builds its own watermark store and MySQL
+    connection, and prints only lines starting with the table's name."""
+    store = _store(s3)
+    try:
+        prepared = _prepare(table, stages, store)
+    except Exception as e:  # noqa: BLE001 - this table fails, the others still run
+        echo(f"{table.name}: FAILED before any run: {e}", err=True, fg="red")
+        return False
+    if prepared.closed:
+        echo(
+            f"{table.name}: {prepared.closed:,} empty partition(s) closed without a run "
+            f"({prepared.probes} probe(s))"
+        )
+    if not prepared.plans:
+        echo(_nothing_new(table, prepared, stages))
+        return True
+    budget = limit
+    for plan in prepared.plans:
+        echo(f"{table.name}: {' + '.join(plan.stages)}, partitions {plan.start} .. {plan.end}")
+        before = _rows_extracted(store, table)
+        token = uuid.uuid4().hex
+        monitor = SyncMonitor(table, plan.stages, inst, s3, token, tty=tty)
+        monitor.start()
+        try:
+            result = _execute(runner, plan, inst, budget, {SYNC_TAG: token}, quiet=True)
+        except Exception as e:  # noqa: BLE001 - one table's failure must not stop others
+            monitor.stop()
+            echo(f"{table.name}: FAILED before the run started: {e}", err=True, fg="red")
+            return False
+        monitor.stop()
+        if not result.success:
+            echo(f"{table.name}: run {result.run_id} FAILED", err=True, fg="red")
+            for reason in failure_reasons(result):
+                echo(f"  {table.name}: {reason}", err=True, fg="red")
+            return False
+        if _failed_checks(ctx, table, result):
+            return False
+        echo(f"{table.name}: run {result.run_id} succeeded")
+        _report_unread_rows(ctx, table, store)
+        if budget is not None and "backup" in plan.stages:
+            budget -= max(0, _rows_extracted(store, table) - before)
+            if budget <= 0:
+                echo(f"{table.name}: --limit {limit:,} reached; the next sync resumes there")
+                break
+    return True
+
+
+def _rows_extracted(store: Any, table: TableConfig) -> int:
+    rec = store.read(table.name, fresh=True)
+    return rec.mysql_rows_extracted if rec else 0
+
+
+def _failed_checks(ctx: click.Context, table: TableConfig, result: Any) -> bool:
+    """Report every failed asset check of the run; True when there was one (exit 1): a
+    sync whose data does not match MySQL has not succeeded."""
+    evaluations = result.get_asset_check_evaluations()
+    for c in evaluations:
+        if not c.passed and c.severity.value != "ERROR":  # a warning: reported, not failed
+            _say(
+                ctx,
+                logging.WARNING,
+                f"warning: {table.name}: check {c.check_name}: {c.description}",
+                event="check_warning",
+                table=table.name,
+            )
+    bad = [c for c in evaluations if not c.passed and c.severity.value == "ERROR"]
+    for c in bad:
+        counts = {
+            k: v.value for k, v in c.metadata.items() if k in ("mysql_rows", "warehouse_rows")
+        }
+        detail = ", ".join(f"{k} {v:,}" for k, v in counts.items())
+        _say(
+            ctx,
+            logging.ERROR,
+            f"{table.name}: run {result.run_id} FAILED its check {c.check_name} ({detail}): "
+            f"{c.description}",
+            event="check_failed",
+            table=table.name,
+            run_id=result.run_id,
+            error=c.description,
+            **({"rows": counts["warehouse_rows"]} if "warehouse_rows" in counts else {}),
+        )
+    return bool(bad)
+
+
+def _report_unread_rows(ctx: click.Context, table: TableConfig, store: Any) -> None:
+    """Warn about rows no run has copied (future-dated, NULL or zero cursors, before start)."""
+    rec = store.read(table.name, fresh=True)  # after the run: not the plan's copy
+    counts = rec.source_counts if rec else None
+    for line in counts.warnings(table.name) if counts else []:
+        _say(ctx, logging.WARNING, f"warning: {line}", event="rows_not_copied", table=table.name)
+
+
+def _execute(runner: Any, plan: Any, inst: Any, limit: int | None, tags: dict, quiet: bool):
+    """runner.execute, with Dagster's own console logger silenced when `quiet` (SyncMonitor
+    then re-emits the run's log messages in s3rs's format, redacted)."""
+    loggers = {"console": {"config": {"log_level": "CRITICAL"}}} if quiet else None
+    return runner.execute(plan, inst, limit=limit, extra_tags=tags, loggers=loggers)
