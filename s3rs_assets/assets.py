@@ -83,6 +83,7 @@ def run_backup(
             table_name=table.name,
             reader=table.reader,
             parallelism=table.parallelism,
+            spark_pool=pool_name(table),
         )
         backup = BackupRun(
             ex,

@@ -23,7 +23,6 @@ import pyarrow as pa
 
 from s3rs_assets.cursor import SubRange, position_token
 from s3rs_assets.errors import ConfigError, IntegrityError
-from s3rs_assets.names import pool_name
 from s3rs_assets.source import SourceTable
 from s3rs_assets.types import arrow_schema
 from s3rs_assets.watermark import FileEntry, Position
@@ -174,6 +173,7 @@ class Extractor:
         table_name: str,
         reader: str = "connectorx",
         parallelism: int = 2,
+        spark_pool: str | None = None,
     ):
         if reader not in READERS:
             raise ConfigError(f"unknown reader {reader!r}: use one of {', '.join(READERS)}")
@@ -184,6 +184,7 @@ class Extractor:
         self.src = src
         self.table_name = table_name
         self.parallelism = parallelism
+        self.spark_pool = spark_pool
         self.schema = arrow_schema(src.columns)
 
     def object_key(self, partition_key: str, start: Position) -> str:
@@ -193,13 +194,15 @@ class Extractor:
 
     def use_pool(self) -> None:
         """Run this thread's Spark jobs in the table's own FAIR scheduler pool (tables
-        synced side by side share one session). A Spark Connect session has no local
-        properties: its server schedules."""
+        synced side by side share one session; the caller names it, `names.pool_name`). A
+        Spark Connect session has no local properties: its server schedules."""
+        if self.spark_pool is None:
+            return
         try:
             sc = self.spark.sparkContext
         except Exception:  # noqa: BLE001 - Spark Connect: no SparkContext on the client
             return
-        sc.setLocalProperty("spark.scheduler.pool", pool_name(self.table_name))
+        sc.setLocalProperty("spark.scheduler.pool", self.spark_pool)
 
     def read(self, items: list[Item]) -> list[FileEntry | None]:
         """One Spark job for every item; returns each item's verified file (None when the
