@@ -34,7 +34,7 @@ from s3rs_assets import logs
 from s3rs_assets.config import TableConfig, find_table, load_tables
 from s3rs_assets.discovery import discover, render_discovery
 from s3rs_assets.errors import ConfigError, S3rsError, WatermarkConflict
-from s3rs_assets.progress import SYNC_TAG, SyncMonitor, failure_reasons
+from s3rs_assets.progress import SYNC_TAG, SyncMonitor, failure_reasons, run_retries
 from s3rs_assets.times import (
     TIMESTAMP_HELP,
     parse_age,
@@ -241,15 +241,17 @@ def sync(
                 echo(f"{table.name}: FAILED before the run started: {e}", err=True, fg="red")
                 break
             monitor.stop()
+            retries = run_retries(result)
+            after = f" after {retries} retr{'y' if retries == 1 else 'ies'}" if retries else ""
             if result.success and not _failed_checks(ctx, table, result):
-                echo(f"{table.name}: run {result.run_id} succeeded")
+                echo(f"{table.name}: run {result.run_id} succeeded{after}")
                 _report_unread_rows(ctx, table, store)
             elif result.success:
                 failed.append(table.name)
                 break
             else:
                 failed.append(table.name)
-                echo(f"{table.name}: run {result.run_id} FAILED", err=True, fg="red")
+                echo(f"{table.name}: run {result.run_id} FAILED{after}", err=True, fg="red")
                 for reason in failure_reasons(result):
                     echo(f"  {reason}", err=True, fg="red")
                 break

@@ -25,6 +25,8 @@ TABLE_TAG = "s3rs/table"
 WATERMARK_METADATA_KEY = "s3rs/watermark"
 #: The backup side of the record (no load mirror), on the last partition of `s3_parquet` runs.
 WATERMARK_BACKUP_METADATA_KEY = "s3rs/watermark_backup"
+#: Run-level materialization metadata of both assets: how many retries the run needed.
+RETRIES_METADATA_KEY = "retries"
 #: Definition metadata of both assets: the configured table ("schema.table").
 TABLE_METADATA_KEY = "s3rs/table"
 #: The asset check on `redshift_table` comparing MySQL and the warehouse.

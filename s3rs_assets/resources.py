@@ -9,9 +9,9 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from typing import Any
+from typing import Any, TypeVar
 
 import boto3
 import dagster as dg
@@ -23,6 +23,9 @@ from pydantic import Field, PrivateAttr
 from s3rs_assets.config import DatabaseURL
 from s3rs_assets.errors import ConfigError
 from s3rs_assets.layout import Layout
+from s3rs_assets.retry import MYSQL_BACKOFF, Backoff, Retries, call
+
+T = TypeVar("T")
 
 DEFAULT_JDBC_JARS = "/usr/share/java/mariadb-java-client.jar"
 
@@ -145,6 +148,41 @@ class MySQLResource(RedactedURL, dg.ConfigurableResource):
         if conn is None:
             conn = self._conn = self.connect()
         yield conn
+
+    def run(
+        self,
+        what: str,
+        query: Callable[[pymysql.connections.Connection], T],
+        retries: Retries,
+        log: Callable[[str], None] | None = None,
+        backoff: Backoff = MYSQL_BACKOFF,
+    ) -> T:
+        """`query(conn)` on the run's connection. A transient error (lost connection,
+        deadlock, lock wait timeout: retry.kind) closes the connection and runs the query
+        again on a new one, with backoff, a bounded number of times (`backoff`)."""
+
+        def attempt() -> T:
+            # no ping first: a connection dropped meanwhile fails the query, which is
+            # retried (and counted) like any other transient error
+            if self._conn is None:
+                self._conn = self.connect()
+            return query(self._conn)
+
+        return call(
+            attempt,
+            what=what,
+            retries=retries,
+            backoff=backoff,
+            before_retry=self.drop,
+            log=log,
+        )
+
+    def drop(self) -> None:
+        """Forget the run's connection (the next `connection()` opens a new one)."""
+        if self._conn is not None:
+            with suppress(Exception):
+                self._conn.close()
+            self._conn = None
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         if self._conn is not None:

@@ -25,7 +25,12 @@ from typing import Any
 import dagster as dg
 
 from s3rs_assets.backup import PartitionRun
-from s3rs_assets.names import WATERMARK_BACKUP_METADATA_KEY, WATERMARK_METADATA_KEY
+from s3rs_assets.names import (
+    RETRIES_METADATA_KEY,
+    WATERMARK_BACKUP_METADATA_KEY,
+    WATERMARK_METADATA_KEY,
+)
+from s3rs_assets.retry import Retries
 from s3rs_assets.source import SafetyBound
 from s3rs_assets.watermark import LoadState, SourceCounts, WatermarkRecord, iso, utcnow
 from s3rs_assets.watermark_store import SaveInfo, UpdateResult, WatermarkStore
@@ -45,6 +50,8 @@ class BackupOutput:
     spark_seconds: float = 0.0
     skipped: list[str] = field(default_factory=list)
     recovery: dict[str, Any] | None = None  # set when this run restored a lost watermark
+    retries: Retries = field(default_factory=Retries)  # transient errors retried in the step
+    step_retries: int = 0  # Dagster's retries of the step before this attempt
 
     @property
     def rows(self) -> int:
@@ -75,6 +82,8 @@ class LoadOutput:
     dialect: str
     partitions: dict[str, PartitionLoad]
     seconds: float
+    retries: Retries = field(default_factory=Retries)
+    step_retries: int = 0
 
     def close(self, rec: WatermarkRecord) -> None:
         """Mirror the ledger (the truth) into the record's redshift side."""
@@ -159,6 +168,7 @@ def backup_run_metadata(out: BackupOutput, record: WatermarkRecord) -> Metadata:
             round(rows / out.seconds, 1) if out.seconds > 0 else 0.0
         ),
         "spark_startup_seconds": dg.MetadataValue.float(round(out.spark_seconds, 3)),
+        **retry_metadata(out.retries, out.step_retries),
         "run_partial_partitions": dg.MetadataValue.json(partial),
         "skipped_partitions": dg.MetadataValue.json(out.skipped),
         **{k: dg.MetadataValue.int(v) for k, v in out.anomalies.metadata().items()},
@@ -172,6 +182,16 @@ def backup_run_metadata(out: BackupOutput, record: WatermarkRecord) -> Metadata:
         WATERMARK_BACKUP_METADATA_KEY: dg.MetadataValue.json(backup_side(record)),
         **(
             {"watermark_recovery": dg.MetadataValue.json(out.recovery)} if out.recovery else {}
+        ),
+    }
+
+
+def retry_metadata(retries: Retries, step_retries: int) -> Metadata:
+    """`retries`: every retry the run needed (in the step, and Dagster's of the step)."""
+    return {
+        RETRIES_METADATA_KEY: dg.MetadataValue.int(retries.total + step_retries),
+        "retry_details": dg.MetadataValue.json(
+            {**retries.metadata(), "dagster_step_retries": step_retries}
         ),
     }
 
@@ -223,6 +243,7 @@ def load_run_metadata(out: LoadOutput, record: WatermarkRecord) -> Metadata:
         ),
         "target": dg.MetadataValue.text(out.target),
         "dialect": dg.MetadataValue.text(out.dialect),
+        **retry_metadata(out.retries, out.step_retries),
         "table_rows_loaded": dg.MetadataValue.int(record.redshift_rows_loaded),
         WATERMARK_METADATA_KEY: dg.MetadataValue.json(record.model_dump(mode="json")),
     }
