@@ -33,7 +33,7 @@ from s3rs_assets.names import (
 from s3rs_assets.partitions import partitions_def, window
 from s3rs_assets.resources import MySQLResource, S3Resource, SparkResource
 from s3rs_assets.retry import RETRY_POLICY, Retries, dagster_step
-from s3rs_assets.source import describe, safety_bound, source_counts
+from s3rs_assets.source import check_clock, describe, safety_bound, source_counts
 from s3rs_assets.stage_results import BackupOutput, record_failure
 
 T = TypeVar("T")
@@ -65,6 +65,11 @@ def run_backup(
     # Everything is validated before the first write or the first JVM: bad input changes
     # nothing.
     src = query("describing the table", lambda c: describe(c, table))
+    # MySQL's zone against S3RS_SOURCE_TIMEZONE: a mismatch that moves the bound or the
+    # windows stops the run here, before anything is read (clock.py)
+    clock_warning = query("checking the time zones", lambda c: check_clock(c, src))
+    if clock_warning:
+        context.log.warning(clock_warning)
     bound = query("taking the safety bound", lambda c: safety_bound(c, table.lag))
     first = window(pdef, pdef.get_first_partition_key())[0]
     found = query("counting unreadable rows", lambda c: source_counts(c, src, first, bound))

@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from s3rs_assets.cursor import SubRange, position_token
 from s3rs_assets.errors import ConfigError, IntegrityError
+from s3rs_assets.resources import check_utc
 from s3rs_assets.source import SourceTable
 from s3rs_assets.types import arrow_schema
 from s3rs_assets.watermark import FileEntry, Position
@@ -55,6 +56,7 @@ class WriteSpec:
     predicates: tuple[str, ...] = ()  # connectorx: WHERE clause per sub-range
     source_url: str = ""  # connectorx: mysql:// URL incl. password: never logged
     select: str = ""  # connectorx: "SELECT ... FROM ... WHERE " to which a predicate is added
+    session_setup: tuple[str, ...] = ()  # connectorx: run first on its connection (clock.py)
 
 
 def _client(cfg: dict[str, Any]) -> Any:
@@ -143,7 +145,12 @@ def connectorx_task(
         for batch in batches:
             for part in batch.column("id").to_pylist():
                 sql = spec.select + spec.predicates[part]
-                table = cx.read_sql(spec.source_url, sql, return_type="arrow")
+                table = cx.read_sql(
+                    spec.source_url,
+                    sql,
+                    return_type="arrow",
+                    pre_execution_query=list(spec.session_setup) or None,
+                )
                 if table.num_rows:
                     client = client or _client(spec.s3)
                     yield store_object(table, spec.keys[part], part, spec, client)
@@ -184,6 +191,10 @@ class Extractor:
         self.table_name = table_name
         self.parallelism = parallelism
         self.schema = arrow_schema(src.columns)
+        if reader == "jdbc" and any(c.data_type in ("datetime", "timestamp") for c in src.columns):
+            # the session may have changed zone since it was made (shared, Spark Connect)
+            check_utc(spark, f"{table_name}: cannot read its DATETIME/TIMESTAMP columns "
+                      "through Spark JDBC")
 
     def object_key(self, partition_key: str, start: Position) -> str:
         return self.s3.layout.data_object(
@@ -207,6 +218,7 @@ class Extractor:
                 spec,
                 predicates=tuple(predicates),
                 source_url=self.mysql.connectorx_url(),
+                session_setup=tuple(self.mysql.session_setup()),
                 select=(
                     f"SELECT {self.src.select_list('connectorx')} "
                     f"FROM {self.src.qualified} WHERE "

@@ -20,6 +20,7 @@ import pymysql
 from dagster_pyspark import LazyPySparkResource
 from pydantic import Field, PrivateAttr
 
+from s3rs_assets.clock import PIN_SQL, SESSION_TIME_ZONE
 from s3rs_assets.config import DatabaseURL
 from s3rs_assets.errors import ConfigError
 from s3rs_assets.layout import Layout
@@ -122,6 +123,7 @@ class MySQLResource(RedactedURL, dg.ConfigurableResource):
                     autocommit=True,
                     connect_timeout=self.connect_timeout,
                     read_timeout=self.read_timeout,
+                    init_command=PIN_SQL,  # clock.py: UTC, whatever the server's default
                 )
             except pymysql.err.OperationalError as e:
                 if via and attempt == 1:
@@ -208,7 +210,17 @@ class MySQLResource(RedactedURL, dg.ConfigurableResource):
 
     def jdbc_properties(self) -> dict[str, str]:
         p = self.parsed
-        return {"user": p.user, "password": p.password, "driver": "org.mariadb.jdbc.Driver"}
+        return {
+            "user": p.user,
+            "password": p.password,
+            "driver": "org.mariadb.jdbc.Driver",
+            # clock.py: the session's time_zone pinned like pymysql's (MariaDB Connector/J)
+            "sessionVariables": f"time_zone='{SESSION_TIME_ZONE}'",
+        }
+
+    def session_setup(self) -> list[str]:
+        """Statements run on connectorx's connections before its query (clock.py)."""
+        return [PIN_SQL]
 
 
 class S3Resource(dagster_aws.s3.S3Resource):
@@ -366,13 +378,36 @@ def get_spark(res: SparkResource) -> Any:
     return session
 
 
-def check_utc(session: Any) -> None:
-    """Refuse a session whose SQL time zone is not UTC (an existing session, a Spark Connect
-    server): DATETIME values would shift by the zone's offset."""
+UTC_NAMES = ("UTC", "Etc/UTC", "GMT", "Etc/GMT", "Z", "+00:00", "UTC+00:00")
+
+
+def session_time_zones(session: Any) -> tuple[str | None, str | None]:
+    """(spark.sql.session.timeZone, the driver JVM's default zone). The JVM's is None where
+    it cannot be seen (Spark Connect: the client has no JVM)."""
     tz = session.conf.get("spark.sql.session.timeZone", None)
-    if tz not in ("UTC", "Etc/UTC", "GMT", "Z", "+00:00"):
+    jvm_tz = None
+    with suppress(Exception):  # Spark Connect sessions have no sparkContext
+        jvm_tz = str(session.sparkContext._jvm.java.util.TimeZone.getDefault().getID())
+    return tz, jvm_tz
+
+
+def check_utc(session: Any, why: str = "") -> None:
+    """Refuse a session whose SQL time zone (or, where visible, its JVM's default zone) is
+    not UTC: JDBC reads would shift every DATETIME by that zone's offset. Checked when the
+    session is made, and again before every JDBC read (`why` names the table): a session
+    that already existed, a Spark Connect server, or code sharing the session may have set
+    another zone since."""
+    tz, jvm_tz = session_time_zones(session)
+    problems = []
+    if tz not in UTC_NAMES:
+        problems.append(f"spark.sql.session.timeZone is {tz!r}")
+    if jvm_tz is not None and jvm_tz not in UTC_NAMES:
+        problems.append(f"the JVM's default time zone (user.timezone) is {jvm_tz!r}")
+    if problems:
         raise ConfigError(
-            f"the SparkSession's spark.sql.session.timeZone is {tz!r}, not UTC: s3rs would "
-            "shift every DATETIME by that zone's offset. Set spark.sql.session.timeZone=UTC "
-            "(and -Duser.timezone=UTC for the JVMs) on the session or the Spark Connect server"
+            f"{why or 'the SparkSession'}: {' and '.join(problems)}, not UTC: Spark's JDBC "
+            "reader would shift every DATETIME by that zone's offset. Set "
+            "spark.sql.session.timeZone=UTC (spark.conf.set, or --conf on the Spark "
+            "Connect server) and -Duser.timezone=UTC in spark.driver.extraJavaOptions and "
+            "spark.executor.extraJavaOptions, or use reader: connectorx for this table"
         )
