@@ -352,7 +352,7 @@ def warm_up(session: Any) -> None:
 
 
 def get_spark(res: SparkResource) -> Any:
-    """The process's SparkSession (an active one is reused), checked for UTC."""
+    """The process's SparkSession (an active one is reused)."""
     from pyspark.sql import SparkSession
 
     session = SparkSession.getActiveSession()
@@ -374,7 +374,9 @@ def get_spark(res: SparkResource) -> Any:
         for k, v in conf.items():
             builder = builder.config(k, v)
         session = builder.getOrCreate()
-    check_utc(session)
+    # No zone check here: only Spark's JDBC reader depends on the session's and the JVM's
+    # zones, so `Extractor` checks them before each JDBC read of a DATETIME/TIMESTAMP table
+    # (the session may have changed since; connectorx reads do not depend on them).
     return session
 
 
@@ -393,10 +395,10 @@ def session_time_zones(session: Any) -> tuple[str | None, str | None]:
 
 def check_utc(session: Any, why: str = "") -> None:
     """Refuse a session whose SQL time zone (or, where visible, its JVM's default zone) is
-    not UTC: JDBC reads would shift every DATETIME by that zone's offset. Checked when the
-    session is made, and again before every JDBC read (`why` names the table): a session
-    that already existed, a Spark Connect server, or code sharing the session may have set
-    another zone since."""
+    not UTC: JDBC reads would shift every DATETIME by that zone's offset. Checked before
+    every JDBC read of a table with DATETIME/TIMESTAMP columns (`why` names it), not once
+    per session: a session that already existed, a Spark Connect server, or code sharing
+    the session may have set another zone since."""
     tz, jvm_tz = session_time_zones(session)
     problems = []
     if tz not in UTC_NAMES:
