@@ -3,7 +3,7 @@
 Both are partitioned by time windows of the table's cursor column and use a single-run
 backfill policy, so a backfill of many partitions is one run: one Spark session reading
 partition after partition. Transient errors are retried where they happen (retry.py); a
-step that still fails with one is retried by Dagster (`retry.RETRY_POLICY`), any other
+step that still fails with one is retried by Dagster (`names.RETRY_POLICY`), any other
 error fails it at once. Materializing `s3_parquet` alone is the old "backup-only",
 `redshift_table` alone is "redshift-only".
 """
@@ -23,6 +23,7 @@ from s3rs_assets.io_manager import store_for
 from s3rs_assets.load_stage import build_redshift_asset
 from s3rs_assets.names import (
     IO_MANAGER_KEY,
+    RETRY_POLICY,
     TABLE_METADATA_KEY,
     TABLE_TAG,
     asset_key,
@@ -32,9 +33,9 @@ from s3rs_assets.names import (
 )
 from s3rs_assets.partitions import partitions_def, window
 from s3rs_assets.resources import MySQLResource, S3Resource, SparkResource
-from s3rs_assets.retry import RETRY_POLICY, Retries, dagster_step
+from s3rs_assets.retry import Retries
 from s3rs_assets.source import check_clock, describe, safety_bound, source_counts
-from s3rs_assets.stage_results import BackupOutput, record_failure
+from s3rs_assets.stage_results import BackupOutput, dagster_step, record_failure
 
 T = TypeVar("T")
 

@@ -16,6 +16,7 @@ import hashlib
 import io
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -23,7 +24,6 @@ import pyarrow as pa
 
 from s3rs_assets.cursor import SubRange, position_token
 from s3rs_assets.errors import ConfigError, IntegrityError
-from s3rs_assets.resources import check_utc
 from s3rs_assets.source import SourceTable
 from s3rs_assets.types import arrow_schema
 from s3rs_assets.watermark import FileEntry, Position
@@ -269,6 +269,41 @@ class Extractor:
             return
         with ThreadPoolExecutor(max_workers=min(8, len(files))) as pool:
             list(pool.map(check, files))
+
+
+UTC_NAMES = ("UTC", "Etc/UTC", "GMT", "Etc/GMT", "Z", "+00:00", "UTC+00:00")
+
+
+def session_time_zones(session: Any) -> tuple[str | None, str | None]:
+    """(spark.sql.session.timeZone, the driver JVM's default zone). The JVM's is None where
+    it cannot be seen (Spark Connect: the client has no JVM)."""
+    tz = session.conf.get("spark.sql.session.timeZone", None)
+    jvm_tz = None
+    with suppress(Exception):  # Spark Connect sessions have no sparkContext
+        jvm_tz = str(session.sparkContext._jvm.java.util.TimeZone.getDefault().getID())
+    return tz, jvm_tz
+
+
+def check_utc(session: Any, why: str = "") -> None:
+    """Refuse a session whose SQL time zone (or, where visible, its JVM's default zone) is
+    not UTC: JDBC reads would shift every DATETIME by that zone's offset. Checked before
+    every JDBC read of a table with DATETIME/TIMESTAMP columns (`why` names it), not once
+    per session: a session that already existed, a Spark Connect server, or code sharing
+    the session may have set another zone since."""
+    tz, jvm_tz = session_time_zones(session)
+    problems = []
+    if tz not in UTC_NAMES:
+        problems.append(f"spark.sql.session.timeZone is {tz!r}")
+    if jvm_tz is not None and jvm_tz not in UTC_NAMES:
+        problems.append(f"the JVM's default time zone (user.timezone) is {jvm_tz!r}")
+    if problems:
+        raise ConfigError(
+            f"{why or 'the SparkSession'}: {' and '.join(problems)}, not UTC: Spark's JDBC "
+            "reader would shift every DATETIME by that zone's offset. Set "
+            "spark.sql.session.timeZone=UTC (spark.conf.set, or --conf on the Spark "
+            "Connect server) and -Duser.timezone=UTC in spark.driver.extraJavaOptions and "
+            "spark.executor.extraJavaOptions, or use reader: connectorx for this table"
+        )
 
 
 def _spark_manifest_schema() -> Any:

@@ -16,6 +16,7 @@ from s3rs_assets.io_manager import store_for
 from s3rs_assets.load import LoadTarget, ledger_files, load_files
 from s3rs_assets.names import (
     IO_MANAGER_KEY,
+    RETRY_POLICY,
     TABLE_METADATA_KEY,
     TABLE_TAG,
     asset_key,
@@ -23,9 +24,9 @@ from s3rs_assets.names import (
     pool_name,
 )
 from s3rs_assets.resources import MySQLResource, S3Resource
-from s3rs_assets.retry import RETRY_POLICY, Retries, dagster_step
+from s3rs_assets.retry import Retries
 from s3rs_assets.source import describe
-from s3rs_assets.stage_results import LoadOutput, PartitionLoad, record_failure
+from s3rs_assets.stage_results import LoadOutput, PartitionLoad, dagster_step, record_failure
 from s3rs_assets.warehouse import WarehouseResource
 
 

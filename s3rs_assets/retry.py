@@ -17,8 +17,9 @@ S3 requests are not retried here: botocore does that (standard mode, see
 `resources.S3Resource` and `extract._client`); one layer per call, never stacked.
 
 What still fails after that, with an error `is_transient` accepts, is retried once more the
-Dagster way: both assets carry `RETRY_POLICY`. Any other error (bad input, a schema
-change, a bug, a lost compare-and-swap race) fails the step at once (`dagster_step`).
+Dagster way: both assets carry `names.RETRY_POLICY` (its numbers are here). Any other error
+(bad input, a schema change, a bug, a lost compare-and-swap race) fails the step at once
+(`stage_results.dagster_step`). This module imports no Dagster: Spark task code uses it.
 
 Every retry is counted in the run's `Retries`, which ends up in the materialization
 metadata (`retries`) and in the output of `s3rs sync`.
@@ -30,12 +31,10 @@ import random
 import re
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import dagster as dg
 import pymysql
 
 T = TypeVar("T")
@@ -89,15 +88,10 @@ MYSQL_BACKOFF = Backoff(attempts=6, first=0.5)
 SPARK_READ_BACKOFF = Backoff(attempts=4, first=1.0)
 #: A warehouse load transaction: up to 5 tries (load.load_files).
 WAREHOUSE_BACKOFF = Backoff(attempts=5, first=0.5)
-#: Dagster's retry of a step that still failed with a transient error (both assets).
+#: Dagster's retry of a step that still failed with a transient error (both assets:
+#: names.RETRY_POLICY, exponential from this delay).
 STEP_MAX_RETRIES = 2
 STEP_RETRY_DELAY_SECONDS = 15.0
-RETRY_POLICY = dg.RetryPolicy(
-    max_retries=STEP_MAX_RETRIES,
-    delay=STEP_RETRY_DELAY_SECONDS,
-    backoff=dg.Backoff.EXPONENTIAL,
-    jitter=dg.Jitter.PLUS_MINUS,
-)
 
 
 def sqlstate(exc: BaseException) -> str | None:
@@ -200,16 +194,3 @@ def call(
                 before_retry()
             time.sleep(delay)
             attempt += 1
-
-
-@contextmanager
-def dagster_step() -> Iterator[None]:
-    """Around an asset's body: a transient error propagates, so `RETRY_POLICY` retries the
-    step; any other error fails it at once (a Failure that disallows retries, caused by the
-    original error, which the UI and `s3rs sync` show)."""
-    try:
-        yield
-    except Exception as e:
-        if is_transient(e):
-            raise
-        raise dg.Failure(description=f"{type(e).__name__}: {e}", allow_retries=False) from e

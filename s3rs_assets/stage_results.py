@@ -19,6 +19,7 @@ records one materialization per partition):
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +31,7 @@ from s3rs_assets.names import (
     WATERMARK_BACKUP_METADATA_KEY,
     WATERMARK_METADATA_KEY,
 )
-from s3rs_assets.retry import Retries
+from s3rs_assets.retry import Retries, is_transient
 from s3rs_assets.source import SafetyBound
 from s3rs_assets.watermark import LoadState, SourceCounts, WatermarkRecord, iso, utcnow
 from s3rs_assets.watermark_store import SaveInfo, UpdateResult, WatermarkStore
@@ -94,6 +95,19 @@ class LoadOutput:
         rec.redshift_status = "success"
         rec.last_redshift_load_time = utcnow()
         rec.last_error = None
+
+
+@contextlib.contextmanager
+def dagster_step() -> Iterator[None]:
+    """Around an asset's body: a transient error (retry.is_transient) propagates, so
+    `names.RETRY_POLICY` retries the step; any other error fails it at once (a Failure that
+    disallows retries, caused by the original error, which the UI and `s3rs sync` show)."""
+    try:
+        yield
+    except Exception as e:
+        if is_transient(e):
+            raise
+        raise dg.Failure(description=f"{type(e).__name__}: {e}", allow_retries=False) from e
 
 
 def record_failure(store: WatermarkStore, table: str, stage: str, error: Exception) -> None:

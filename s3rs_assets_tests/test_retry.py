@@ -19,8 +19,10 @@ import pytest
 from s3rs_assets import retry
 from s3rs_assets.errors import ConfigError
 from s3rs_assets.load.transaction import LoadError
-from s3rs_assets.names import RETRIES_METADATA_KEY, asset_key
+from s3rs_assets.names import RETRIES_METADATA_KEY, RETRY_POLICY, asset_key
+from s3rs_assets.progress import run_retries
 from s3rs_assets.resources import MySQLResource
+from s3rs_assets.stage_results import dagster_step
 from s3rs_assets_tests.conftest import MYSQL_HOST, MYSQL_PORT
 from s3rs_assets_tests.helpers import make_ties_table, resources, sync, table_cfg, ties
 
@@ -157,9 +159,9 @@ def test_dagster_step_lets_only_transient_errors_reach_the_retry_policy(mysql_db
     with _connect() as k, k.cursor() as cur:
         cur.execute(f"KILL {victim.thread_id()}")
     lost = _error(victim, "SELECT 1")
-    with pytest.raises(pymysql.err.OperationalError), retry.dagster_step():
+    with pytest.raises(pymysql.err.OperationalError), dagster_step():
         raise lost
-    with pytest.raises(dg.Failure) as info, retry.dagster_step():
+    with pytest.raises(dg.Failure) as info, dagster_step():
         raise ConfigError("table x.y does not exist")
     assert not info.value.allow_retries and isinstance(info.value.__cause__, ConfigError)
 
@@ -171,7 +173,53 @@ def test_both_assets_carry_the_retry_policy(mysql_db):
     by_key = {a.key: a for a in build_table_assets(cfg) if isinstance(a, dg.AssetsDefinition)
               and len(a.keys) == 1}
     for stage in ("s3_parquet", "redshift_table"):
-        assert by_key[asset_key(cfg, stage)].op.retry_policy == retry.RETRY_POLICY
+        assert by_key[asset_key(cfg, stage)].op.retry_policy == RETRY_POLICY
+
+
+def _sleeper(url: str):
+    def run(batches):
+        import connectorx as cx
+
+        for _ in batches:
+            yield cx.read_sql(url, "SELECT SLEEP(30) AS s", return_type="arrow").to_batches()[0]
+
+    return run
+
+
+@pytest.mark.parametrize("reader", ["jdbc", "connectorx"])
+def test_a_spark_read_losing_its_connection_is_transient(reader, mysql_db, mysql_url,
+                                                         spark_resource):
+    """A Spark job whose task's MySQL connection is killed (JDBC, or connectorx inside the
+    task) fails with an error the classifier names transient: the batch is read again."""
+    session = spark_resource.session()
+    mysql = MySQLResource(url=mysql_url)
+    killed: list[int] = []
+
+    def kill_the_sleeper() -> None:
+        with _connect() as k, k.cursor() as cur:
+            for _ in range(200):
+                cur.execute("SELECT ID FROM information_schema.PROCESSLIST WHERE DB = %s "
+                            "AND INFO LIKE %s", (mysql_db, "%SLEEP(30)%"))
+                ids = [r[0] for r in cur.fetchall()]
+                if ids:
+                    for i in ids:
+                        cur.execute(f"KILL {int(i)}")
+                    killed.extend(ids)
+                    return
+                time.sleep(0.1)
+
+    t = threading.Thread(target=kill_the_sleeper)
+    t.start()
+    with pytest.raises(Exception) as info:  # noqa: PT011 - Spark's own exception classes
+        if reader == "jdbc":
+            session.read.jdbc(mysql.jdbc_url(), "(SELECT SLEEP(30) AS s) AS t",
+                              properties=mysql.jdbc_properties()).collect()
+        else:
+            session.range(0, 1, 1, 1).mapInArrow(_sleeper(mysql.connectorx_url()),
+                                                 "s long").collect()
+    t.join(timeout=60)
+    assert killed
+    assert (retry.kind(info.value) or "").startswith("spark read"), str(info.value)[:2000]
 
 
 class Killer(threading.Thread):
@@ -225,6 +273,7 @@ def test_sync_survives_killed_connections(mysql_db, mysql_conn, mysql_url, pg_ur
         for ev in result.get_asset_materialization_events()
     }
     assert sum(retries.values()) > 0, retries
+    assert run_retries(result) == sum(retries.values())  # what `s3rs sync` prints
     with mysql_conn.cursor() as cur:
         cur.execute("SELECT id, update_at, amount, note FROM kill_me ORDER BY id")
         expected = [tuple(r) for r in cur.fetchall()]
