@@ -24,7 +24,7 @@ from s3rs_assets.clock import PIN_SQL, SESSION_TIME_ZONE
 from s3rs_assets.config import DatabaseURL
 from s3rs_assets.errors import ConfigError
 from s3rs_assets.layout import Layout
-from s3rs_assets.retry import MYSQL_BACKOFF, Backoff, Retries, call
+from s3rs_assets.retry import MYSQL_BACKOFF, Backoff, Retries, call, is_transient
 
 T = TypeVar("T")
 
@@ -170,14 +170,19 @@ class MySQLResource(RedactedURL, dg.ConfigurableResource):
                 self._conn = self.connect()
             return query(self._conn)
 
-        return call(
-            attempt,
-            what=what,
-            retries=retries,
-            backoff=backoff,
-            before_retry=self.drop,
-            log=log,
-        )
+        try:
+            return call(
+                attempt,
+                what=what,
+                retries=retries,
+                backoff=backoff,
+                before_retry=self.drop,
+                log=log,
+            )
+        except Exception as e:
+            if is_transient(e):
+                self.drop()  # the next query starts on a new connection
+            raise
 
     def drop(self) -> None:
         """Forget the run's connection (the next `connection()` opens a new one)."""
