@@ -31,8 +31,8 @@ ui: setup ## Dagster UI on the demo stack: open http://127.0.0.1:3000 (Ctrl-C st
 bench: setup ## run the benchmarks on the local stack (ARGS="...")
 	@source scripts/env.sh && bash scripts/moto.sh start && $(VENV_PY) -m benchmarks.run $(ARGS)
 
-lint: ## ruff check
-	@.venv/bin/ruff check .
+lint: ## ruff check and the import layers (lint-imports)
+	@.venv/bin/ruff check . && .venv/bin/lint-imports
 
 stop: ## stop the local moto S3 server (its buckets are in memory and are lost)
 	@bash scripts/moto.sh stop

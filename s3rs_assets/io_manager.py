@@ -33,7 +33,8 @@ from s3rs_assets.stage_results import (
     save_metadata,
 )
 from s3rs_assets.watermark import FileEntry
-from s3rs_assets.watermark_store import WatermarkStore, event_log_fallback
+from s3rs_assets.watermark_eventlog import event_log_fallback
+from s3rs_assets.watermark_store import WatermarkStore
 
 # The stores of the runs this process works for, by (S3 location, run id): the steps of a
 # run (the asset, its IO manager, the failure path) share one store and so one read of

@@ -8,7 +8,7 @@ Each one ends in a `SkipReason` that names what it checked, so the UI shows why 
 * `s3rs_watermark_guard` (every 5 min) validates every configured table's primary
   watermark with `WatermarkStore.recover`: a lost or corrupt primary is restored from the
   daily backup, a session backup, or the latest `s3rs/watermark` materialization metadata
-  (`watermark_store.event_log_watermark`), written back, and reported as an
+  (`watermark_eventlog.event_log_watermark`), written back, and reported as an
   `AssetObservation` on the table's `s3_parquet` (metadata `recovered_from`, `key`). A
   table with no copy anywhere was never synced, which is fine. When no valid copy is left
   the guard names the table and the `s3rs watermark set` command; it never resets
@@ -82,7 +82,8 @@ from s3rs_assets.source import (
     server_now,
 )
 from s3rs_assets.watermark import PartitionState, Position, WatermarkRecord, iso
-from s3rs_assets.watermark_store import RecoveryReport, WatermarkStore
+from s3rs_assets.watermark_reports import RecoveryReport
+from s3rs_assets.watermark_store import WatermarkStore
 
 WATERMARK_GUARD = "s3rs_watermark_guard"
 STAGE_CHAIN = "s3rs_stage_chain"

@@ -34,7 +34,8 @@ from s3rs_assets.names import (
 from s3rs_assets.retry import Retries, is_transient
 from s3rs_assets.source import SafetyBound
 from s3rs_assets.watermark import LoadState, SourceCounts, WatermarkRecord, iso, utcnow
-from s3rs_assets.watermark_store import SaveInfo, UpdateResult, WatermarkStore
+from s3rs_assets.watermark_reports import SaveInfo, UpdateResult
+from s3rs_assets.watermark_store import WatermarkStore
 
 Metadata = dict[str, Any]
 

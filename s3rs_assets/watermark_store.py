@@ -46,28 +46,22 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import logging
 import random
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import dagster as dg
 from botocore.exceptions import ClientError, HTTPClientError, IncompleteReadError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from s3rs_assets.errors import ConfigError, WatermarkConflict, WatermarkError
 from s3rs_assets.layout import Layout, check_session, check_table
-from s3rs_assets.names import (
-    WATERMARK_BACKUP_METADATA_KEY,
-    WATERMARK_METADATA_KEY,
-    stage_keys,
-)
 from s3rs_assets.watermark import BackupMetadata, WatermarkRecord, iso
+from s3rs_assets.watermark_reports import CleanupReport, RecoveryReport, SaveInfo, UpdateResult
 
 log = logging.getLogger("s3rs.watermark")
 
@@ -78,7 +72,7 @@ _RACE_CODES = {"PreconditionFailed", "ConditionalRequestConflict", "412", "409"}
 _MISSING_CODES = {"NoSuchKey", "404", "NotFound"}
 # What an S3 call can raise once botocore has given up retrying it.
 S3_ERRORS = (ClientError, BotoConnectionError, HTTPClientError, IncompleteReadError)
-
+#: The last recovery source: table name -> a record's JSON text or None (watermark_eventlog).
 EventLogFallback = Callable[[str], "str | None"]
 
 
@@ -123,175 +117,8 @@ def _utc(ts: datetime | None) -> datetime:
     return ts.replace(tzinfo=UTC) if ts.tzinfo is None else ts.astimezone(UTC)
 
 
-# --------------------------------------------------------------------- event-log source
-
-
-#: The load mirror: what a backup-side snapshot lacks and a whole record holds.
-LOAD_FIELDS = (
-    "last_redshift_load_time",
-    "redshift_rows_loaded",
-    "redshift_status",
-    "processed_s3_files",
-    "loaded_partitions",
-)
-
-
-def _latest_snapshot(
-    instance: dg.DagsterInstance, key: dg.AssetKey, entry_key: str, lookback: int
-) -> tuple[int, dict[str, Any]] | None:
-    """(storage id, record dict) of the newest materialization of `key` carrying
-    `entry_key`, among its last `lookback` materializations."""
-    result = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key), lookback)
-    for rec in result.records:
-        mat = rec.asset_materialization
-        entry = mat.metadata.get(entry_key) if mat is not None else None
-        if entry is not None:
-            value = entry.value
-            return rec.storage_id, json.loads(value) if isinstance(value, str) else dict(value)
-    return None
-
-
-def event_log_watermark(
-    instance: dg.DagsterInstance, table: str, *, lookback: int = 5
-) -> str | None:
-    """The newest watermark record kept in the event log, as JSON text, or None.
-
-    A run's last `redshift_table` materialization carries the whole record
-    (`WATERMARK_METADATA_KEY`), its last `s3_parquet` materialization the backup side
-    (`WATERMARK_BACKUP_METADATA_KEY`; older s3rs wrote the whole record there). The newest
-    of them wins; a backup side newer than the newest whole record takes that record's load
-    mirror (the warehouse's ledger stays the truth and the next load mirrors it again). The
-    text is not validated here: the watermark store validates every candidate.
-    """
-    backup_key, load_key = stage_keys(table)
-    whole = _latest_snapshot(instance, load_key, WATERMARK_METADATA_KEY, lookback)
-    legacy = _latest_snapshot(instance, backup_key, WATERMARK_METADATA_KEY, lookback)
-    side = _latest_snapshot(instance, backup_key, WATERMARK_BACKUP_METADATA_KEY, lookback)
-    if legacy is not None and (whole is None or legacy[0] > whole[0]):
-        whole = legacy
-    if side is None or (whole is not None and whole[0] > side[0]):
-        return None if whole is None else json.dumps(whole[1])
-    record = dict(side[1])
-    if whole is not None:
-        record.update({k: whole[1][k] for k in LOAD_FIELDS if k in whole[1]})
-    return json.dumps(record)
-
-
-def event_log_fallback(instance: dg.DagsterInstance) -> EventLogFallback:
-    """The last recovery source of a `WatermarkStore`: this instance's event log."""
-
-    def fallback(table: str) -> str | None:
-        return event_log_watermark(instance, table)
-
-    return fallback
-
-
-# ------------------------------------------------------------------------------ results
-
-
 class _Lost(Exception):
     """Internal: our conditional write lost a race (or the primary was deleted meanwhile)."""
-
-
-@dataclass
-class SaveInfo:
-    """What one save did, for logs and Dagster metadata (`as_metadata()`)."""
-
-    table: str
-    session_id: str
-    etag: str | None = None
-    written: dict[str, str] = field(default_factory=dict)  # location -> key
-    failed: dict[str, str] = field(default_factory=dict)  # location -> error
-    primary_attempts: int = 0  # requests botocore sent for the primary PUT
-    cas_rounds: int = 1
-    recovered_from: str | None = None
-
-    def merged(self, other: SaveInfo) -> SaveInfo:
-        """This save plus another one of the same table (the primary, then its backups)."""
-        return SaveInfo(
-            table=self.table,
-            session_id=self.session_id,
-            etag=self.etag or other.etag,
-            written={**self.written, **other.written},
-            failed={**self.failed, **other.failed},
-            primary_attempts=self.primary_attempts or other.primary_attempts,
-            cas_rounds=self.cas_rounds,
-            recovered_from=self.recovered_from or other.recovered_from,
-        )
-
-    def as_metadata(self) -> dict[str, Any]:
-        return {
-            "table": self.table,
-            "session_id": self.session_id,
-            "written": sorted(self.written),
-            "failed": dict(self.failed),
-            "keys": dict(self.written),
-            "primary_attempts": self.primary_attempts,
-            "cas_rounds": self.cas_rounds,
-            "recovered_from": self.recovered_from,
-        }
-
-
-@dataclass
-class RecoveryReport:
-    """Outcome of `recover()`: where the record came from and what was rejected."""
-
-    table: str
-    source: str | None  # "primary" (nothing to do), "daily", "session", "event_log", None
-    key: str | None
-    record: WatermarkRecord | None
-    etag: str | None = None
-    primary_error: str | None = None  # why the primary was not used (None when it was)
-    rejected: list[tuple[str, str, str]] = field(default_factory=list)  # source, key, error
-
-    @property
-    def recovered(self) -> bool:
-        return self.source not in (None, "primary")
-
-    def as_metadata(self) -> dict[str, Any]:
-        return {
-            "table": self.table,
-            "source": self.source,
-            "key": self.key,
-            "recovered": self.recovered,
-            "primary_error": self.primary_error,
-            "rejected": [f"{s} {k}: {e}" for s, k, e in self.rejected],
-            "last_mysql_data_timestamp": iso(self.record.last_mysql_data_timestamp)
-            if self.record
-            else None,
-        }
-
-
-@dataclass
-class UpdateResult:
-    """What `update()` did: the record now stored, how it was saved, and the recovery its
-    read needed (None when the primary was valid)."""
-
-    record: WatermarkRecord
-    save: SaveInfo
-    recovery: RecoveryReport | None = None
-
-
-@dataclass
-class CleanupReport:
-    days_to_keep: int
-    dry_run: bool
-    cutoff: datetime
-    deleted: list[str] = field(default_factory=list)  # would-be deletions when dry_run
-    kept_recent: int = 0
-    kept_newest: dict[str, str] = field(default_factory=dict)  # table -> key kept by age
-    failed: dict[str, str] = field(default_factory=dict)  # key -> error
-
-    def as_metadata(self) -> dict[str, Any]:
-        return {
-            "days_to_keep": self.days_to_keep,
-            "dry_run": self.dry_run,
-            "cutoff": self.cutoff.isoformat(),
-            "deleted": len(self.deleted),
-            "kept_recent": self.kept_recent,
-            "kept_newest": dict(self.kept_newest),
-            "failed": dict(self.failed),
-        }
 
 
 @dataclass

@@ -128,3 +128,21 @@ def test_splitting_the_key_space():
     r2 = restrict(r, 10, 20)
     assert (r2.lo, r2.hi, r2.open_lo, r2.open_hi) == (9, 20, False, False)
     assert first_key_is_integer(T)
+
+
+def test_redshift_arithmetic_hash_for_an_integer_key_and_a_time_cursor():
+    one = LoadTarget("dw", "orders", [COLS[0], COLS[2]], ("id",), "update_at", "shop.orders")
+    w = TableSQL("redshift", "dw", "orders", one, "key")
+    assert w.arithmetic and not W.arithmetic  # W has a composite key
+    assert not TableSQL("redshift", "dw", "orders", one, "all").arithmetic
+    k = 'CAST(MOD("id", 2147483647) AS BIGINT)'
+    m = (
+        "MOD(COALESCE(DATEDIFF(microsecond, CAST('1970-01-01' AS TIMESTAMP), \"update_at\"), "
+        "-1), 2147483647)"
+    )
+    x = f"MOD({k} * 48271 + {m}, 2147483647)"
+    y = f"MOD({k} * 69621 + {m} * 16807 + 1, 2147483647)"
+    assert w.row_hash() == (
+        f"CAST((MOD({x} * {x}, 2147483647) + 2147483648 * MOD({y} * {y}, 2147483647)) "
+        "AS DECIMAL(38,0))"
+    )

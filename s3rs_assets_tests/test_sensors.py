@@ -32,7 +32,7 @@ from s3rs_assets.sensors import (
     build_sensors,
 )
 from s3rs_assets.watermark import PartitionState, Position, WatermarkRecord
-from s3rs_assets.watermark_store import event_log_watermark
+from s3rs_assets.watermark_eventlog import event_log_watermark
 from s3rs_assets_tests.conftest import REPO
 from s3rs_assets_tests.helpers import (
     backup,

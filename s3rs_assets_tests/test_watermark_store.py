@@ -31,7 +31,8 @@ from s3rs_assets.watermark import (
     Position,
     WatermarkRecord,
 )
-from s3rs_assets.watermark_store import EventLogFallback, UpdateResult, WatermarkStore
+from s3rs_assets.watermark_reports import UpdateResult
+from s3rs_assets.watermark_store import EventLogFallback, WatermarkStore
 
 T = "sales.orders"
 PREFIX = "s3rs"

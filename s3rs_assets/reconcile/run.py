@@ -177,19 +177,57 @@ def reconcile_table(
     "after_load" (committed, not yet recorded); what it raises stops the pass there."""
     say = log or (lambda _m: None)
     observe = checkpoint or (lambda _n: None)
-    timings: dict[str, float] = {}
     t0 = time.monotonic()
     options.check(table.name)
+    p = _validate(table, mysql, warehouse, store, options)
+    p.timings["validate"] = time.monotonic() - t0
+    resumed = _finish_pending(p, s3, options, say, observe)
+    report, sides = _diff(p, mysql, options, resumed, say)
+    observe("after_diff")
+    if options.apply and report.diff.differences:
+        _repair(p, mysql, s3, options, report, sides, observe)
+    p.timings["total"] = time.monotonic() - t0
+    _record_run(store, table.name, report)
+    return report
 
-    # ----------------------------------------------------------- validation
+
+@dataclass
+class _Pass:
+    """What one reconcile pass knows once validated."""
+
+    table: TableConfig
+    warehouse: WarehouseResource
+    store: WatermarkStore
+    target: LoadTarget
+    integer_key: bool
+    record: WatermarkRecord
+    soft_col: bool  # the warehouse table has DELETED_AT
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def ensure_deleted_at(self) -> None:
+        if not self.soft_col:
+            _add_deleted_at(self.warehouse, self.target)
+            self.soft_col = True
+
+
+def _validate(
+    table: TableConfig,
+    mysql: MySQLResource,
+    warehouse: WarehouseResource,
+    store: WatermarkStore,
+    options: ReconcileOptions,
+) -> _Pass:
+    """Everything a pass needs, or a ConfigError naming what is missing (nothing changed)."""
     with mysql.connect() as conn:
         src = describe(conn, table)
     target = LoadTarget.from_table_config(table, src.columns, src.primary_key)
     integer_key = first_key_is_integer(target)
     if (options.from_key is not None or options.to_key is not None) and not integer_key:
+        first = target.primary_key[0]
+        kind = next(c.column_type for c in src.columns if c.name == first)
         raise ConfigError(
             f"{table.name}: --from/--to need an integer first primary-key column; "
-            f"{target.primary_key[0]!r} is {next(c.column_type for c in src.columns if c.name == target.primary_key[0])}"  # noqa: E501
+            f"{first!r} is {kind}"
         )
     record = store.read(table.name)
     if record is None:
@@ -211,52 +249,66 @@ def reconcile_table(
             "that MySQL has: the next load adds them; run a sync first"
         )
     soft_col = _fold(DELETED_AT, warehouse.dialect) in have
-    timings["validate"] = time.monotonic() - t0
+    return _Pass(table, warehouse, store, target, integer_key, record, soft_col)
 
-    # ------------------------------------------- finish a repair a crash left
-    state = record.reconcile
-    resumed: list[RepairResult] = []
+
+def _finish_pending(
+    p: _Pass,
+    s3: S3Resource,
+    options: ReconcileOptions,
+    say: Callable[[str], None],
+    observe: Callable[[str], None],
+) -> list[RepairResult]:
+    """Load the repair a crashed pass recorded as pending (only with --apply)."""
+    state = p.record.reconcile
     pending = state.pending if state else None
-    if pending is not None and options.apply:
-        say(f"{table.name}: finishing the pending repair {pending.file.key}")
-        keys = read_keys(s3, pending.file)
-        if pending.soft and not soft_col:
-            _add_deleted_at(warehouse, target)
-            soft_col = True
-        res = load_repair(warehouse, s3, target, pending, keys, checkpoint=observe)
-        resumed.append(res)
-        observe("after_load")
-        _record_loaded(store, table.name, pending)
-        pending = None
+    if pending is None or not options.apply:
+        return []
+    say(f"{p.table.name}: finishing the pending repair {pending.file.key}")
+    keys = read_keys(s3, pending.file)
+    if pending.soft:
+        p.ensure_deleted_at()
+    res = load_repair(p.warehouse, s3, p.target, pending, keys, checkpoint=observe)
+    observe("after_load")
+    _record_loaded(p.store, p.table.name, pending)
+    return [res]
 
-    # ------------------------------------------------------------------- diff
+
+def _diff(
+    p: _Pass,
+    mysql: MySQLResource,
+    options: ReconcileOptions,
+    resumed: list[RepairResult],
+    say: Callable[[str], None],
+) -> tuple[ReconcileReport, tuple[TableSQL, TableSQL]]:
+    """Checksums by key range on both sides, bisected down to the differing rows."""
     t1 = time.monotonic()
+    table, target = p.table, p.target
     with mysql.connect() as conn:
         bound = safety_bound(conn, table.lag).upper
     mside = TableSQL("mysql", table.schema, table.table, target, options.columns)
     wside = TableSQL(
-        warehouse.dialect, target.schema, target.table, target, options.columns, soft_col
+        p.warehouse.dialect, target.schema, target.table, target, options.columns, p.soft_col
     )
     differ = Differ(
-        mysql, warehouse, mside, wside, bound, threshold=options.threshold,
+        mysql, p.warehouse, mside, wside, bound, threshold=options.threshold,
         workers=options.workers,
     )
-    start = root(integer_key, differ.bounds() if integer_key else None)
+    start = root(p.integer_key, differ.bounds() if p.integer_key else None)
     start = restrict(start, options.from_key, options.to_key)
-    estimate = _estimate_rows(mysql, table)
-    diff = differ.run(start, estimate)
-    timings["diff"] = time.monotonic() - t1
+    diff = differ.run(start, _estimate_rows(mysql, table))
+    p.timings["diff"] = time.monotonic() - t1
     say(
         f"{table.name}: {diff.mysql_rows:,} MySQL rows and {diff.warehouse_rows:,} warehouse "
-        f"rows below {bound.isoformat()} compared in {timings['diff']:.2f}s: "
+        f"rows below {bound.isoformat()} compared in {p.timings['diff']:.2f}s: "
         + ", ".join(f"{n} {k}" for k, n in ((k, diff.count(k)) for k in KINDS))
     )
-    observe("after_diff")
-
+    state = p.record.reconcile
+    pending = state.pending if state and not resumed else None
     report = ReconcileReport(
         table=table.name,
         target=target.qualified,
-        dialect=warehouse.dialect,
+        dialect=p.warehouse.dialect,
         columns=options.columns,
         applied=options.apply,
         bound=bound,
@@ -264,37 +316,50 @@ def reconcile_table(
         examples=options.examples,
         resumed=resumed,
         pending=pending.file.key if pending else None,
-        timings=timings,
+        timings=p.timings,
     )
+    return report, (mside, wside)
 
-    # ----------------------------------------------------------------- repair
-    if options.apply and diff.differences:
-        t2 = time.monotonic()
-        with mysql.connect() as conn, warehouse.connection(autocommit=True) as wconn:
-            plan = plan_repair(conn, wconn, mside, wside, diff, bound, options.max_repairs)
-        report.plan = plan
-        timings["confirm"] = time.monotonic() - t2
-        if not plan.empty:
-            soft = table.deletes == "soft"
-            if soft and not soft_col:
-                _add_deleted_at(warehouse, target)
-            t3 = time.monotonic()
-            entry = write_repair_file(s3, (table.schema, table.table), target, plan, bound)
-            observe("after_repair_file")
-            repair = ReconcileRepair(
-                file=entry, upserts=plan.upserts, deletes=plan.deletes, soft=soft, bound=bound
-            )
-            _record_pending(store, table.name, repair)
-            observe("after_pending")
-            keys = read_keys(s3, entry)
-            report.repairs.append(load_repair(warehouse, s3, target, repair, keys,
-                                              checkpoint=observe))
-            observe("after_load")
-            _record_loaded(store, table.name, repair)
-            timings["repair"] = time.monotonic() - t3
-    timings["total"] = time.monotonic() - t0
-    _record_run(store, table.name, report)
-    return report
+
+def _repair(
+    p: _Pass,
+    mysql: MySQLResource,
+    s3: S3Resource,
+    options: ReconcileOptions,
+    report: ReconcileReport,
+    sides: tuple[TableSQL, TableSQL],
+    observe: Callable[[str], None],
+) -> None:
+    """Confirm the differences at a fresh read, write them as a repair file, record it as
+    pending, load it through the ledger, record it loaded: a crash anywhere repeats nothing."""
+    t2 = time.monotonic()
+    mside, wside = sides
+    bound = report.bound
+    with mysql.connect() as conn, p.warehouse.connection(autocommit=True) as wconn:
+        plan = plan_repair(conn, wconn, mside, wside, report.diff, bound, options.max_repairs)
+    report.plan = plan
+    p.timings["confirm"] = time.monotonic() - t2
+    if plan.empty:
+        return
+    soft = p.table.deletes == "soft"
+    if soft:
+        p.ensure_deleted_at()
+    t3 = time.monotonic()
+    table = p.table
+    entry = write_repair_file(s3, (table.schema, table.table), p.target, plan, bound)
+    observe("after_repair_file")
+    repair = ReconcileRepair(
+        file=entry, upserts=plan.upserts, deletes=plan.deletes, soft=soft, bound=bound
+    )
+    _record_pending(p.store, table.name, repair)
+    observe("after_pending")
+    keys = read_keys(s3, entry)
+    report.repairs.append(
+        load_repair(p.warehouse, s3, p.target, repair, keys, checkpoint=observe)
+    )
+    observe("after_load")
+    _record_loaded(p.store, table.name, repair)
+    p.timings["repair"] = time.monotonic() - t3
 
 
 def _add_deleted_at(warehouse: WarehouseResource, target: LoadTarget) -> None:

@@ -36,6 +36,8 @@ DELETED_AT = "_s3rs_deleted_at"
 KEYS_TABLE = "s3rs_reconcile_keys"
 #: keys per lookup statement
 KEY_BATCH = 500
+#: the prime modulus (2^31-1) of the arithmetic row hash
+M31 = 2147483647
 
 Query = tuple[str, list[Any]]
 
@@ -97,10 +99,47 @@ class TableSQL:
         return [self._col(k) for k in (*self.target.primary_key, self.target.cursor)]
 
     def row_hash(self) -> str:
+        if self.arithmetic:
+            return self._arithmetic_hash()
         fields = [self.field(c) for c in self.hashed_columns()]
         if self.mysql:
             return mysql_row_hash(fields)
         return warehouse_row_hash(fields, self.side)  # type: ignore[arg-type]
+
+    @property
+    def arithmetic(self) -> bool:
+        """Key mode on one integer key column and a date/time cursor (the common shape)
+        hashes with integer arithmetic instead of MD5 over text: no per-row formatting,
+        about twice as fast on both sides, the same numbers on each."""
+        t = self.target
+        return (
+            self.columns == "key"
+            and len(t.primary_key) == 1
+            and first_key_is_integer(t)
+            and self._col(t.cursor).data_type in ("datetime", "timestamp", "date")
+        )
+
+    def _arithmetic_hash(self) -> str:
+        """A 62-bit row hash from (key, cursor in microseconds since 1970): two quadratic
+        residues modulo the prime 2^31-1, so that sums of them catch moved cursors and
+        swapped rows (a linear sum would not). Every intermediate value stays below 2^63
+        in BIGINT; negative keys and cursors before 1970 give the same (negative) MOD on
+        all three databases; a NULL (or zero-date) cursor counts as -1."""
+        c = self.q(self.target.cursor)
+        if self.side == "mysql":
+            key = f"CAST(MOD({self.first_key}, {M31}) AS SIGNED)"  # BIGINT UNSIGNED too
+            micros = f"TIMESTAMPDIFF(MICROSECOND, '1970-01-01', {c})"
+        elif self.side == "postgres":
+            key = f"CAST(MOD({self.first_key}, {M31}) AS BIGINT)"
+            micros = f"CAST(EXTRACT(EPOCH FROM {c}) * 1000000 AS BIGINT)"
+        else:
+            key = f"CAST(MOD({self.first_key}, {M31}) AS BIGINT)"
+            micros = f"DATEDIFF(microsecond, CAST('1970-01-01' AS TIMESTAMP), {c})"
+        m = f"MOD(COALESCE({micros}, -1), {M31})"
+        x = f"MOD({key} * 48271 + {m}, {M31})"
+        y = f"MOD({key} * 69621 + {m} * 16807 + 1, {M31})"
+        h = f"(MOD({x} * {x}, {M31}) + 2147483648 * MOD({y} * {y}, {M31}))"
+        return f"CAST({h} AS DECIMAL(38,0))" if self.side == "redshift" else h
 
     def _md5_digits(self, start: int, count: int) -> str:
         fn = "SUBSTR" if self.side == "postgres" else "SUBSTRING"

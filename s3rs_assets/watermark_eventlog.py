@@ -1,0 +1,76 @@
+"""The last recovery source of a watermark: the Dagster event log.
+
+Each run's materializations carry the record (`s3rs/watermark` on `redshift_table`, the
+backup side `s3rs/watermark_backup` on `s3_parquet`), so a table whose primary and every S3
+backup are gone is still recovered from the instance. `WatermarkStore` takes the
+`event_log_fallback(instance)` as its last candidate and validates whatever it returns.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import dagster as dg
+
+from s3rs_assets.names import WATERMARK_BACKUP_METADATA_KEY, WATERMARK_METADATA_KEY, stage_keys
+from s3rs_assets.watermark_store import EventLogFallback
+
+#: The load mirror: what a backup-side snapshot lacks and a whole record holds.
+LOAD_FIELDS = (
+    "last_redshift_load_time",
+    "redshift_rows_loaded",
+    "redshift_status",
+    "processed_s3_files",
+    "loaded_partitions",
+)
+
+
+def _latest_snapshot(
+    instance: dg.DagsterInstance, key: dg.AssetKey, entry_key: str, lookback: int
+) -> tuple[int, dict[str, Any]] | None:
+    """(storage id, record dict) of the newest materialization of `key` carrying
+    `entry_key`, among its last `lookback` materializations."""
+    result = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key), lookback)
+    for rec in result.records:
+        mat = rec.asset_materialization
+        entry = mat.metadata.get(entry_key) if mat is not None else None
+        if entry is not None:
+            value = entry.value
+            return rec.storage_id, json.loads(value) if isinstance(value, str) else dict(value)
+    return None
+
+
+def event_log_watermark(
+    instance: dg.DagsterInstance, table: str, *, lookback: int = 5
+) -> str | None:
+    """The newest watermark record kept in the event log, as JSON text, or None.
+
+    A run's last `redshift_table` materialization carries the whole record
+    (`WATERMARK_METADATA_KEY`), its last `s3_parquet` materialization the backup side
+    (`WATERMARK_BACKUP_METADATA_KEY`; older s3rs wrote the whole record there). The newest
+    of them wins; a backup side newer than the newest whole record takes that record's load
+    mirror (the warehouse's ledger stays the truth and the next load mirrors it again). The
+    text is not validated here: the watermark store validates every candidate.
+    """
+    backup_key, load_key = stage_keys(table)
+    whole = _latest_snapshot(instance, load_key, WATERMARK_METADATA_KEY, lookback)
+    legacy = _latest_snapshot(instance, backup_key, WATERMARK_METADATA_KEY, lookback)
+    side = _latest_snapshot(instance, backup_key, WATERMARK_BACKUP_METADATA_KEY, lookback)
+    if legacy is not None and (whole is None or legacy[0] > whole[0]):
+        whole = legacy
+    if side is None or (whole is not None and whole[0] > side[0]):
+        return None if whole is None else json.dumps(whole[1])
+    record = dict(side[1])
+    if whole is not None:
+        record.update({k: whole[1][k] for k in LOAD_FIELDS if k in whole[1]})
+    return json.dumps(record)
+
+
+def event_log_fallback(instance: dg.DagsterInstance) -> EventLogFallback:
+    """The last recovery source of a `WatermarkStore`: this instance's event log."""
+
+    def fallback(table: str) -> str | None:
+        return event_log_watermark(instance, table)
+
+    return fallback
