@@ -272,6 +272,9 @@ def test_sync_survives_killed_connections(mysql_db, mysql_conn, mysql_url, pg_ur
         ev.asset_key.path[-1]: ev.materialization.metadata[RETRIES_METADATA_KEY].value
         for ev in result.get_asset_materialization_events()
     }
+    details = [ev.materialization.metadata["retry_details"].value
+               for ev in result.get_asset_materialization_events()]
+    print(f"killed {len(killer.killed)} connection(s); retries {retries}; {details}")
     assert sum(retries.values()) > 0, retries
     assert run_retries(result) == sum(retries.values())  # what `s3rs sync` prints
     with mysql_conn.cursor() as cur:
