@@ -2,11 +2,15 @@
 
 Both are partitioned by time windows of the table's cursor column and use a single-run
 backfill policy, so a backfill of many partitions is one run: one Spark session reading
-partition after partition. Materializing `s3_parquet` alone is the old "backup-only",
+partition after partition. Transient errors are retried where they happen (retry.py); a
+step that still fails with one is retried by Dagster (`names.RETRY_POLICY`), any other
+error fails it at once. Materializing `s3_parquet` alone is the old "backup-only",
 `redshift_table` alone is "redshift-only".
 """
 
 import time
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import dagster as dg
 
@@ -19,6 +23,7 @@ from s3rs_assets.io_manager import store_for
 from s3rs_assets.load_stage import build_redshift_asset
 from s3rs_assets.names import (
     IO_MANAGER_KEY,
+    RETRY_POLICY,
     TABLE_METADATA_KEY,
     TABLE_TAG,
     asset_key,
@@ -28,8 +33,11 @@ from s3rs_assets.names import (
 )
 from s3rs_assets.partitions import partitions_def, window
 from s3rs_assets.resources import MySQLResource, S3Resource, SparkResource
-from s3rs_assets.source import describe, safety_bound, source_counts
-from s3rs_assets.stage_results import BackupOutput, record_failure
+from s3rs_assets.retry import Retries
+from s3rs_assets.source import check_clock, describe, safety_bound, source_counts
+from s3rs_assets.stage_results import BackupOutput, dagster_step, record_failure
+
+T = TypeVar("T")
 
 
 class BackupConfig(dg.Config):
@@ -49,61 +57,70 @@ def run_backup(
     t0 = time.monotonic()
     pdef = partitions_def(table)
     keys = context.partition_keys
-    # One MySQL connection for the whole run. Everything is validated before the first
-    # write or the first JVM: bad input changes nothing.
-    with mysql.connection() as conn:
-        src = describe(conn, table)
-        bound = safety_bound(conn, table.lag)
-        found = source_counts(conn, src, window(pdef, pdef.get_first_partition_key())[0], bound)
-        if not src.cursor_indexed:
-            context.log.warning(
-                f"{table.name}: cursor column {src.cursor} has no index; chunk planning scans "
-                "the table"
-            )
-        if bound.note:
-            context.log.info(f"{table.name}: safety bound {bound.upper} ({bound.note})")
-        for line in found.warnings(table.name):
-            context.log.warning(line)
-        store = store_for(s3, context.run_id, context.instance)
-        # Validate (and if lost, recover) the watermark before Spark starts or anything is read.
-        report = store.recover(table.name, now=bound.server_now)
-        recovery = report.as_metadata() if report.recovered else None
-        if recovery:
-            context.log.warning(
-                f"{table.name}: watermark was lost or invalid and restored: {recovery}"
-            )
-        t_spark = time.monotonic()
-        session = spark.session()
-        spark_seconds = time.monotonic() - t_spark
-        ex = Extractor(
-            spark=session,
-            mysql=mysql,
-            s3=s3,
-            src=src,
-            table_name=table.name,
-            reader=table.reader,
-            parallelism=table.parallelism,
-            spark_pool=pool_name(table),
+    retries = Retries()
+
+    def query(what: str, fn: Callable[[Any], T]) -> T:
+        # One MySQL connection for the whole run, reopened after a transient error.
+        return mysql.run(f"{table.name}: {what}", fn, retries, context.log.warning)
+
+    # Everything is validated before the first write or the first JVM: bad input changes
+    # nothing.
+    src = query("describing the table", lambda c: describe(c, table))
+    # MySQL's zone against S3RS_SOURCE_TIMEZONE: a mismatch that moves the bound or the
+    # windows stops the run here, before anything is read (clock.py)
+    clock_warning = query("checking the time zones", lambda c: check_clock(c, src))
+    if clock_warning:
+        context.log.warning(clock_warning)
+    bound = query("taking the safety bound", lambda c: safety_bound(c, table.lag))
+    first = window(pdef, pdef.get_first_partition_key())[0]
+    found = query("counting unreadable rows", lambda c: source_counts(c, src, first, bound))
+    if not src.cursor_indexed:
+        context.log.warning(
+            f"{table.name}: cursor column {src.cursor} has no index; chunk planning scans "
+            "the table"
         )
-        backup = BackupRun(
-            ex,
-            store,
-            conn,
-            windows=[(k, *window(pdef, k)) for k in keys],
-            upper=bound.upper,
-            chunk_rows=table.chunk_rows,
-            run_id=context.run_id,
-            row_budget=limit,
-            source_now=bound.server_now,
-            log=context.log.info,
-        )
-        try:
-            runs = backup.run()
-        except (ConfigError, SourceSchemaError):
-            raise
-        except Exception as e:
-            record_failure(store, table.name, "mysql", e)
-            raise
+    if bound.note:
+        context.log.info(f"{table.name}: safety bound {bound.upper} ({bound.note})")
+    for line in found.warnings(table.name):
+        context.log.warning(line)
+    store = store_for(s3, context.run_id, context.instance)
+    # Validate (and if lost, recover) the watermark before Spark starts or anything is read.
+    report = store.recover(table.name, now=bound.server_now)
+    recovery = report.as_metadata() if report.recovered else None
+    if recovery:
+        context.log.warning(f"{table.name}: watermark was lost or invalid and restored: {recovery}")
+    t_spark = time.monotonic()
+    session = spark.session()
+    spark_seconds = time.monotonic() - t_spark
+    ex = Extractor(
+        spark=session,
+        mysql=mysql,
+        s3=s3,
+        src=src,
+        table_name=table.name,
+        reader=table.reader,
+        parallelism=table.parallelism,
+        spark_pool=pool_name(table),
+    )
+    backup = BackupRun(
+        ex,
+        store,
+        windows=[(k, *window(pdef, k)) for k in keys],
+        upper=bound.upper,
+        chunk_rows=table.chunk_rows,
+        run_id=context.run_id,
+        row_budget=limit,
+        source_now=bound.server_now,
+        log=context.log.info,
+        retries=retries,
+    )
+    try:
+        runs = backup.run()
+    except (ConfigError, SourceSchemaError):
+        raise
+    except Exception as e:
+        record_failure(store, table.name, "mysql", e)
+        raise
     active = [r for r in runs if r.rows or r.status != "complete" or r.recomputed]
     for r in active:
         context.log.info(
@@ -127,6 +144,8 @@ def run_backup(
         spark_seconds,
         backup.skipped,
         recovery,
+        retries,
+        context.retry_number,
     )
 
 
@@ -143,6 +162,7 @@ def build_table_assets(table: TableConfig) -> list[dg.AssetsDefinition]:
         group_name=group_name(table),
         kinds={"mysql", "spark", "s3", "parquet"},
         pool=pool_name(table),
+        retry_policy=RETRY_POLICY,
         op_tags=tags,
         metadata={TABLE_METADATA_KEY: table.name},
         description=(
@@ -157,7 +177,8 @@ def build_table_assets(table: TableConfig) -> list[dg.AssetsDefinition]:
         s3: S3Resource,
         spark: SparkResource,
     ) -> BackupOutput:
-        return run_backup(context, table, mysql, s3, spark, config.limit)
+        with dagster_step():
+            return run_backup(context, table, mysql, s3, spark, config.limit)
 
     return [s3_parquet, build_redshift_asset(table, s3_parquet, pdef), *build_checks(table)]
 

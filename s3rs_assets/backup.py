@@ -17,7 +17,9 @@ The cost of a run follows the rows it reads, not the calendar it spans:
    per partition or per day.
 
 So the stored cursor is never ahead of what is durably in S3, and a crash anywhere loses
-at most the batch in flight, which the next run reads again into the same keys. A
+at most the batch in flight, which the next run reads again into the same keys. A transient
+error (a dropped MySQL connection, a deadlock) is retried where it happens (retry.py): a
+query on a new connection, a failed Spark read by reading the batch in flight again. A
 partition already complete when the run starts is read again from its start (a backfill);
 a partial one resumes at its cursor. Another run that changed a partition since this run
 saw it stops this one (WatermarkConflict) unless it wrote exactly the same files.
@@ -26,17 +28,22 @@ saw it stops this one (WatermarkConflict) unless it wrote exactly the same files
 from __future__ import annotations
 
 import bisect
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
+from s3rs_assets import retry
 from s3rs_assets.cursor import ChunkPlan
 from s3rs_assets.errors import WatermarkConflict
 from s3rs_assets.extract import Extractor, Item
+from s3rs_assets.retry import Retries
 from s3rs_assets.source import first_row, plan_chunk
 from s3rs_assets.watermark import FileEntry, PartitionState, Position, WatermarkRecord, utcnow
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -96,7 +103,6 @@ class BackupRun:
         self,
         ex: Extractor,
         store: Any,
-        conn: Any,
         *,
         windows: list[tuple[str, datetime, datetime]],
         upper: datetime,
@@ -105,8 +111,10 @@ class BackupRun:
         row_budget: int | None = None,
         source_now: datetime | None = None,
         log: Callable[[str], None] = lambda _m: None,
+        retries: Retries | None = None,
     ):
-        self.ex, self.store, self.conn = ex, store, conn
+        self.ex, self.store = ex, store
+        self.retries = retries if retries is not None else Retries()
         self.windows, self.upper, self.chunk_rows = windows, upper, chunk_rows
         self.run_id, self.budget, self.source_now, self.log = run_id, row_budget, source_now, log
         self.table = ex.table_name
@@ -137,8 +145,16 @@ class BackupRun:
             plan = None
             if slot.position.c < hi:
                 t0 = time.monotonic()
-                plan = plan_chunk(
-                    self.conn, self.ex.src, slot.position, hi, n, self.ex.parallelism
+                plan = self._query(
+                    f"planning a chunk of {slot.key}",
+                    functools.partial(
+                        plan_chunk,
+                        src=self.ex.src,
+                        start=slot.position,
+                        upper=hi,
+                        rows=n,
+                        parts=self.ex.parallelism,
+                    ),
                 )
                 slot.run.plan_seconds += time.monotonic() - t0
             if plan is not None:
@@ -179,7 +195,10 @@ class BackupRun:
         last = self.slots[stretch_end - 1]
         hi = min(last.end, self.upper)
         first = self.slots[j]
-        row = first_row(self.conn, self.ex.src, Position(c=first.start, pk=None), hi)
+        row = self._query(
+            f"probing from {first.key}",
+            lambda c: first_row(c, self.ex.src, Position(c=first.start, pk=None), hi),
+        )
         target = stretch_end if row is None else bisect.bisect_right(starts, row.c) - 1
         for empty in self.slots[j:target]:
             if self.upper <= empty.start:
@@ -209,6 +228,10 @@ class BackupRun:
             reset=recompute or prior is None,
         )
 
+    def _query(self, what: str, query: Callable[[Any], T]) -> T:
+        """A MySQL query of the run, re-run on a new connection after a transient error."""
+        return self.ex.mysql.run(f"{self.table}: {what}", query, self.retries, self.log)
+
     # ------------------------------------------------------------ read + write
 
     def _write(self, slots: list[_Slot]) -> None:
@@ -218,7 +241,17 @@ class BackupRun:
             Item(s.key, r) for s in slots for plan, _ in s.batch for r in plan.ranges
         ]
         t0 = time.monotonic()
-        files = self.ex.read(items) if items else []
+        files = (
+            retry.call(
+                lambda: self.ex.read(items),
+                what=f"{self.table}: reading {len(items)} range(s)",
+                retries=self.retries,
+                backoff=retry.SPARK_READ_BACKOFF,
+                log=self.log,
+            )
+            if items
+            else []
+        )
         read_seconds = time.monotonic() - t0
         it = iter(files)
         for s in slots:

@@ -16,6 +16,7 @@ import hashlib
 import io
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -55,6 +56,7 @@ class WriteSpec:
     predicates: tuple[str, ...] = ()  # connectorx: WHERE clause per sub-range
     source_url: str = ""  # connectorx: mysql:// URL incl. password: never logged
     select: str = ""  # connectorx: "SELECT ... FROM ... WHERE " to which a predicate is added
+    session_setup: tuple[str, ...] = ()  # connectorx: run first on its connection (clock.py)
 
 
 def _client(cfg: dict[str, Any]) -> Any:
@@ -143,7 +145,12 @@ def connectorx_task(
         for batch in batches:
             for part in batch.column("id").to_pylist():
                 sql = spec.select + spec.predicates[part]
-                table = cx.read_sql(spec.source_url, sql, return_type="arrow")
+                table = cx.read_sql(
+                    spec.source_url,
+                    sql,
+                    return_type="arrow",
+                    pre_execution_query=list(spec.session_setup) or None,
+                )
                 if table.num_rows:
                     client = client or _client(spec.s3)
                     yield store_object(table, spec.keys[part], part, spec, client)
@@ -186,6 +193,10 @@ class Extractor:
         self.parallelism = parallelism
         self.spark_pool = spark_pool
         self.schema = arrow_schema(src.columns)
+        if reader == "jdbc" and any(c.data_type in ("datetime", "timestamp") for c in src.columns):
+            # the session may have changed zone since it was made (shared, Spark Connect)
+            check_utc(spark, f"{table_name}: cannot read its DATETIME/TIMESTAMP columns "
+                      "through Spark JDBC")
 
     def object_key(self, partition_key: str, start: Position) -> str:
         return self.s3.layout.data_object(
@@ -222,6 +233,7 @@ class Extractor:
                 spec,
                 predicates=tuple(predicates),
                 source_url=self.mysql.connectorx_url(),
+                session_setup=tuple(self.mysql.session_setup()),
                 select=(
                     f"SELECT {self.src.select_list('connectorx')} "
                     f"FROM {self.src.qualified} WHERE "
@@ -272,6 +284,41 @@ class Extractor:
             return
         with ThreadPoolExecutor(max_workers=min(8, len(files))) as pool:
             list(pool.map(check, files))
+
+
+UTC_NAMES = ("UTC", "Etc/UTC", "GMT", "Etc/GMT", "Z", "+00:00", "UTC+00:00")
+
+
+def session_time_zones(session: Any) -> tuple[str | None, str | None]:
+    """(spark.sql.session.timeZone, the driver JVM's default zone). The JVM's is None where
+    it cannot be seen (Spark Connect: the client has no JVM)."""
+    tz = session.conf.get("spark.sql.session.timeZone", None)
+    jvm_tz = None
+    with suppress(Exception):  # Spark Connect sessions have no sparkContext
+        jvm_tz = str(session.sparkContext._jvm.java.util.TimeZone.getDefault().getID())
+    return tz, jvm_tz
+
+
+def check_utc(session: Any, why: str = "") -> None:
+    """Refuse a session whose SQL time zone (or, where visible, its JVM's default zone) is
+    not UTC: JDBC reads would shift every DATETIME by that zone's offset. Checked before
+    every JDBC read of a table with DATETIME/TIMESTAMP columns (`why` names it), not once
+    per session: a session that already existed, a Spark Connect server, or code sharing
+    the session may have set another zone since."""
+    tz, jvm_tz = session_time_zones(session)
+    problems = []
+    if tz not in UTC_NAMES:
+        problems.append(f"spark.sql.session.timeZone is {tz!r}")
+    if jvm_tz is not None and jvm_tz not in UTC_NAMES:
+        problems.append(f"the JVM's default time zone (user.timezone) is {jvm_tz!r}")
+    if problems:
+        raise ConfigError(
+            f"{why or 'the SparkSession'}: {' and '.join(problems)}, not UTC: Spark's JDBC "
+            "reader would shift every DATETIME by that zone's offset. Set "
+            "spark.sql.session.timeZone=UTC (spark.conf.set, or --conf on the Spark "
+            "Connect server) and -Duser.timezone=UTC in spark.driver.extraJavaOptions and "
+            "spark.executor.extraJavaOptions, or use reader: connectorx for this table"
+        )
 
 
 def _spark_manifest_schema() -> Any:

@@ -7,6 +7,7 @@ mirrors that into the watermark's redshift side. Its checks live in `checks.py`.
 """
 
 import time
+from collections.abc import Callable
 
 import dagster as dg
 
@@ -15,6 +16,7 @@ from s3rs_assets.io_manager import store_for
 from s3rs_assets.load import LoadTarget, ledger_files, load_files
 from s3rs_assets.names import (
     IO_MANAGER_KEY,
+    RETRY_POLICY,
     TABLE_METADATA_KEY,
     TABLE_TAG,
     asset_key,
@@ -22,15 +24,25 @@ from s3rs_assets.names import (
     pool_name,
 )
 from s3rs_assets.resources import MySQLResource, S3Resource
+from s3rs_assets.retry import Retries
 from s3rs_assets.source import describe
-from s3rs_assets.stage_results import LoadOutput, PartitionLoad, record_failure
+from s3rs_assets.stage_results import LoadOutput, PartitionLoad, dagster_step, record_failure
 from s3rs_assets.warehouse import WarehouseResource
 
 
-def load_target(table: TableConfig, mysql: MySQLResource) -> LoadTarget:
+def load_target(
+    table: TableConfig,
+    mysql: MySQLResource,
+    retries: Retries | None = None,
+    log: Callable[[str], None] | None = None,
+) -> LoadTarget:
     """The warehouse table as MySQL describes it now (new columns included)."""
-    with mysql.connection() as conn:
-        src = describe(conn, table)
+    src = mysql.run(
+        f"{table.name}: describing the table",
+        lambda c: describe(c, table),
+        retries if retries is not None else Retries(),
+        log,
+    )
     return LoadTarget.from_table_config(table, src.columns, src.primary_key)
 
 
@@ -43,11 +55,12 @@ def run_load(
     warehouse: WarehouseResource,
 ) -> LoadOutput:
     t0 = time.monotonic()
-    target = load_target(table, mysql)
+    retries = Retries()
+    target = load_target(table, mysql, retries, context.log.warning)
     partitions: dict[str, PartitionLoad] = {}
     try:
         for key in context.partition_keys:
-            result = load_files(warehouse, s3, target, key, files.get(key, []))
+            result = load_files(warehouse, s3, target, key, files.get(key, []), retries=retries)
             ledger = ledger_files(warehouse, target, key)
             partitions[key] = PartitionLoad(ledger, result.metadata())
             for other in set(result.reload_partitions) - {key}:
@@ -64,7 +77,13 @@ def run_load(
         record_failure(store, table.name, "redshift", e)
         raise
     return LoadOutput(
-        table.name, target.qualified, warehouse.dialect, partitions, time.monotonic() - t0
+        table.name,
+        target.qualified,
+        warehouse.dialect,
+        partitions,
+        time.monotonic() - t0,
+        retries,
+        context.retry_number,
     )
 
 
@@ -82,6 +101,7 @@ def build_redshift_asset(
         group_name=group_name(table),
         kinds={"redshift", "s3"},
         pool=pool_name(table),
+        retry_policy=RETRY_POLICY,
         op_tags={TABLE_TAG: table.name},
         metadata={TABLE_METADATA_KEY: table.name},
         description=(
@@ -96,6 +116,7 @@ def build_redshift_asset(
         s3: S3Resource,
         warehouse: WarehouseResource,
     ) -> LoadOutput:
-        return run_load(context, table, files, mysql, s3, warehouse)
+        with dagster_step():
+            return run_load(context, table, files, mysql, s3, warehouse)
 
     return redshift_table

@@ -1,4 +1,4 @@
-"""The Dagster names of a table: asset keys, job, pool, group, tags and metadata keys.
+"""The Dagster names of a table: asset keys, job, pool, group, tags, metadata keys, retry policy.
 
 Everything that refers to a table's assets from elsewhere (sensors, the CLI, the IO
 manager, recovery from the event log) builds the names here, so no module needs to import
@@ -13,6 +13,7 @@ import dagster as dg
 
 from s3rs_assets.config import TableConfig
 from s3rs_assets.identifiers import split_qualified
+from s3rs_assets.retry import STEP_MAX_RETRIES, STEP_RETRY_DELAY_SECONDS
 
 Stage = Literal["s3_parquet", "redshift_table"]
 STAGES: tuple[Stage, Stage] = ("s3_parquet", "redshift_table")
@@ -25,6 +26,17 @@ TABLE_TAG = "s3rs/table"
 WATERMARK_METADATA_KEY = "s3rs/watermark"
 #: The backup side of the record (no load mirror), on the last partition of `s3_parquet` runs.
 WATERMARK_BACKUP_METADATA_KEY = "s3rs/watermark_backup"
+#: Run-level materialization metadata of both assets: how many retries the run needed.
+RETRIES_METADATA_KEY = "retries"
+#: Both assets' Dagster retry policy, for steps that still failed with a transient error
+#: after retrying it where it happened (retry.py; stage_results.dagster_step lets no other
+#: error reach it).
+RETRY_POLICY = dg.RetryPolicy(
+    max_retries=STEP_MAX_RETRIES,
+    delay=STEP_RETRY_DELAY_SECONDS,
+    backoff=dg.Backoff.EXPONENTIAL,
+    jitter=dg.Jitter.PLUS_MINUS,
+)
 #: Definition metadata of both assets: the configured table ("schema.table").
 TABLE_METADATA_KEY = "s3rs/table"
 #: The asset check on `redshift_table` comparing MySQL and the warehouse.

@@ -8,18 +8,13 @@ size, so no row after `start` falls outside every partition.
 from __future__ import annotations
 
 import functools
-import os
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import dagster as dg
 
+from s3rs_assets.clock import source_timezone
 from s3rs_assets.config import TableConfig
-
-
-def source_timezone() -> str:
-    """The time zone the cursor column's values are written in (S3RS_SOURCE_TIMEZONE)."""
-    return os.environ.get("S3RS_SOURCE_TIMEZONE", "UTC")
 
 
 def first_window_start(table: TableConfig) -> datetime:

@@ -3,6 +3,7 @@ otherwise, and the root cause of a failed step (the s3rs error, not Dagster's wr
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import sys
@@ -13,6 +14,7 @@ from typing import Any
 
 from s3rs_assets import logs
 from s3rs_assets.config import TableConfig
+from s3rs_assets.names import RETRIES_METADATA_KEY
 from s3rs_assets.watermark import WatermarkRecord
 
 log = logging.getLogger("s3rs.cli")
@@ -33,6 +35,24 @@ def failure_reasons(result: Any) -> list[str]:
     except Exception:  # noqa: BLE001 - best effort; the UI has the full story
         pass
     return out[:5]
+
+
+def run_retries(result: Any) -> int:
+    """How many retries a run needed: the `retries` metadata of its materializations (the
+    transient errors retried inside the steps, and Dagster's retries of those steps), or,
+    when no step got that far, the Dagster step retries in its event log."""
+    total, found = 0, False
+    with contextlib.suppress(Exception):  # best effort: a count for people
+        for ev in result.get_asset_materialization_events():
+            value = ev.materialization.metadata.get(RETRIES_METADATA_KEY)
+            if value is not None:
+                total += int(value.value)
+                found = True
+        if not found:
+            total = sum(
+                1 for ev in result.all_events if ev.event_type_value == "STEP_UP_FOR_RETRY"
+            )
+    return total
 
 
 _CHUNK_MSG = re.compile(r"^(?P<table>\S+) (?P<partition>\S+): chunk (?P<chunk>\d+) ")

@@ -9,9 +9,9 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from typing import Any
+from typing import Any, TypeVar
 
 import boto3
 import dagster as dg
@@ -20,9 +20,13 @@ import pymysql
 from dagster_pyspark import LazyPySparkResource
 from pydantic import Field, PrivateAttr
 
+from s3rs_assets.clock import PIN_SQL, SESSION_TIME_ZONE
 from s3rs_assets.config import DatabaseURL
 from s3rs_assets.errors import ConfigError
 from s3rs_assets.layout import Layout
+from s3rs_assets.retry import MYSQL_BACKOFF, Backoff, Retries, call, is_transient
+
+T = TypeVar("T")
 
 DEFAULT_JDBC_JARS = "/usr/share/java/mariadb-java-client.jar"
 
@@ -119,6 +123,7 @@ class MySQLResource(RedactedURL, dg.ConfigurableResource):
                     autocommit=True,
                     connect_timeout=self.connect_timeout,
                     read_timeout=self.read_timeout,
+                    init_command=PIN_SQL,  # clock.py: UTC, whatever the server's default
                 )
             except pymysql.err.OperationalError as e:
                 if via and attempt == 1:
@@ -146,6 +151,46 @@ class MySQLResource(RedactedURL, dg.ConfigurableResource):
             conn = self._conn = self.connect()
         yield conn
 
+    def run(
+        self,
+        what: str,
+        query: Callable[[pymysql.connections.Connection], T],
+        retries: Retries,
+        log: Callable[[str], None] | None = None,
+        backoff: Backoff = MYSQL_BACKOFF,
+    ) -> T:
+        """`query(conn)` on the run's connection. A transient error (lost connection,
+        deadlock, lock wait timeout: retry.kind) closes the connection and runs the query
+        again on a new one, with backoff, a bounded number of times (`backoff`)."""
+
+        def attempt() -> T:
+            # no ping first: a connection dropped meanwhile fails the query, which is
+            # retried (and counted) like any other transient error
+            if self._conn is None:
+                self._conn = self.connect()
+            return query(self._conn)
+
+        try:
+            return call(
+                attempt,
+                what=what,
+                retries=retries,
+                backoff=backoff,
+                before_retry=self.drop,
+                log=log,
+            )
+        except Exception as e:
+            if is_transient(e):
+                self.drop()  # the next query starts on a new connection
+            raise
+
+    def drop(self) -> None:
+        """Forget the run's connection (the next `connection()` opens a new one)."""
+        if self._conn is not None:
+            with suppress(Exception):
+                self._conn.close()
+            self._conn = None
+
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         if self._conn is not None:
             with suppress(Exception):
@@ -170,7 +215,17 @@ class MySQLResource(RedactedURL, dg.ConfigurableResource):
 
     def jdbc_properties(self) -> dict[str, str]:
         p = self.parsed
-        return {"user": p.user, "password": p.password, "driver": "org.mariadb.jdbc.Driver"}
+        return {
+            "user": p.user,
+            "password": p.password,
+            "driver": "org.mariadb.jdbc.Driver",
+            # clock.py: the session's time_zone pinned like pymysql's (MariaDB Connector/J)
+            "sessionVariables": f"time_zone='{SESSION_TIME_ZONE}'",
+        }
+
+    def session_setup(self) -> list[str]:
+        """Statements run on connectorx's connections before its query (clock.py)."""
+        return [PIN_SQL]
 
 
 class S3Resource(dagster_aws.s3.S3Resource):
@@ -306,7 +361,7 @@ def warm_up(session: Any) -> None:
 
 
 def get_spark(res: SparkResource) -> Any:
-    """The process's SparkSession (an active one is reused), checked for UTC."""
+    """The process's SparkSession (an active one is reused)."""
     from pyspark.sql import SparkSession
 
     session = SparkSession.getActiveSession()
@@ -328,17 +383,7 @@ def get_spark(res: SparkResource) -> Any:
         for k, v in conf.items():
             builder = builder.config(k, v)
         session = builder.getOrCreate()
-    check_utc(session)
+    # No zone check here: only Spark's JDBC reader depends on the session's and the JVM's
+    # zones, so `Extractor` checks them before each JDBC read of a DATETIME/TIMESTAMP table
+    # (the session may have changed since; connectorx reads do not depend on them).
     return session
-
-
-def check_utc(session: Any) -> None:
-    """Refuse a session whose SQL time zone is not UTC (an existing session, a Spark Connect
-    server): DATETIME values would shift by the zone's offset."""
-    tz = session.conf.get("spark.sql.session.timeZone", None)
-    if tz not in ("UTC", "Etc/UTC", "GMT", "Z", "+00:00"):
-        raise ConfigError(
-            f"the SparkSession's spark.sql.session.timeZone is {tz!r}, not UTC: s3rs would "
-            "shift every DATETIME by that zone's offset. Set spark.sql.session.timeZone=UTC "
-            "(and -Duser.timezone=UTC for the JVMs) on the session or the Spark Connect server"
-        )

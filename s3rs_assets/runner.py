@@ -27,7 +27,7 @@ from s3rs_assets.names import (
     asset_key,
 )
 from s3rs_assets.partitions import partition_keys, partitions_def, windows
-from s3rs_assets.source import describe, safety_bound
+from s3rs_assets.source import check_clock, describe, safety_bound
 from s3rs_assets.watermark import WatermarkRecord
 from s3rs_assets.watermark_store import WatermarkStore
 
@@ -174,6 +174,7 @@ def prepare(
     if "backup" in stages:
         with mysql.connection() as conn:
             src = describe(conn, table)
+            check_clock(conn, src)  # a zone mismatch stops here, before any probe or write
             bound = safety_bound(conn, table.lag).upper
             found = scan(conn, src, record, windows(partitions_def(table)), bound)
         if found.empty:

@@ -14,9 +14,17 @@ from typing import Any
 
 import pymysql
 
+from s3rs_assets.clock import (
+    bound_wall_clock,
+    is_utc,
+    offsets,
+    sample_instants,
+    source_timezone,
+    wall_clock,
+)
 from s3rs_assets.config import TableConfig
 from s3rs_assets.cursor import ChunkPlan, KeyColumns, SubRange, after, below, literal
-from s3rs_assets.errors import SourceSchemaError
+from s3rs_assets.errors import ConfigError, SourceSchemaError
 from s3rs_assets.identifiers import mysql_quote, mysql_table
 from s3rs_assets.types import SourceColumn, column_type, select_expr
 from s3rs_assets.watermark import Position, SourceCounts
@@ -125,6 +133,68 @@ def describe(conn: pymysql.connections.Connection, cfg: TableConfig) -> SourceTa
     return SourceTable(cfg.schema, cfg.table, columns, pk, cursor_col.name, indexed)
 
 
+def check_clock(conn: pymysql.connections.Connection, src: SourceTable) -> str:
+    """Compare MySQL's time zone with S3RS_SOURCE_TIMEZONE before a run reads anything.
+
+    A mismatch that moves the safety bound or the partition windows raises ConfigError
+    naming both: a TIMESTAMP cursor (read as UTC, clock.py) under a zone that is not UTC,
+    and a DATETIME cursor MySQL stamps itself (DEFAULT / ON UPDATE CURRENT_TIMESTAMP, in the
+    server's zone) under another zone. A DATETIME cursor the application writes is in the
+    configured zone by definition: a different server zone is returned as a warning (it
+    matters if the application writes NOW() into it). "" when the zones agree."""
+    configured = source_timezone()
+    cursor = next(c for c in src.columns if c.name == src.cursor)
+    if cursor.data_type == "timestamp":
+        if not is_utc(configured):
+            raise ConfigError(
+                f"table {src.schema}.{src.table}: cursor column {src.cursor!r} is a TIMESTAMP, "
+                f"read as UTC instants, but S3RS_SOURCE_TIMEZONE is {configured!r}: partition "
+                "windows and the safety bound would be off by that zone's offset. Set "
+                "S3RS_SOURCE_TIMEZONE=UTC (TIMESTAMP cursors need no other zone)"
+            )
+        return ""
+    with conn.cursor() as cur:
+        cur.execute("SELECT @@global.time_zone, @@system_time_zone, UTC_TIMESTAMP()")
+        server_tz, system_tz, now = cur.fetchone()
+        instants = sample_instants(now)
+        cur.execute(
+            "SELECT "
+            + ", ".join(
+                "TIMESTAMPDIFF(SECOND, %s, CONVERT_TZ(%s, '+00:00', @@global.time_zone))"
+                for _ in instants
+            ),
+            [v for t in instants for v in (t, t)],
+        )
+        server = [None if v is None else timedelta(seconds=int(v)) for v in cur.fetchone()]
+        cur.execute(
+            "SELECT LOWER(CONCAT(COALESCE(COLUMN_DEFAULT, ''), ' ', EXTRA)) "
+            "FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s "
+            "AND COLUMN_NAME = %s",
+            (src.schema, src.table, src.cursor),
+        )
+        row = cur.fetchone()
+    if server == offsets(configured, instants):
+        return ""
+    stamped = row is not None and "current_timestamp" in row[0]
+    zones = (
+        f"MySQL's @@time_zone is {server_tz!r} (@@system_time_zone {system_tz!r}) but "
+        f"S3RS_SOURCE_TIMEZONE is {configured!r}"
+    )
+    if stamped:
+        raise ConfigError(
+            f"table {src.schema}.{src.table}: {zones}. Its cursor column {src.cursor!r} is "
+            "stamped by MySQL (DEFAULT / ON UPDATE CURRENT_TIMESTAMP) in the server's zone, "
+            "so the safety bound and the partition windows would be off by the difference "
+            "and rows could be skipped. Set S3RS_SOURCE_TIMEZONE to the server's zone; "
+            "nothing was read"
+        )
+    return (
+        f"table {src.schema}.{src.table}: {zones}; the cursor column {src.cursor!r} is read "
+        f"as {configured} wall-clock time. If the application writes it with NOW(), "
+        "set S3RS_SOURCE_TIMEZONE to the server's zone"
+    )
+
+
 @dataclass(frozen=True)
 class Blocker:
     """A MySQL thread that may still commit rows stamped at or after `started`."""
@@ -171,10 +241,16 @@ class SafetyBound:
         }
 
 
-def server_now(conn: pymysql.connections.Connection) -> datetime:
+def server_utc(conn: pymysql.connections.Connection) -> datetime:
+    """MySQL's clock as a naive UTC instant (UTC_TIMESTAMP: whatever the session's zone)."""
     with conn.cursor() as cur:
-        cur.execute("SELECT NOW(6)")
+        cur.execute("SELECT UTC_TIMESTAMP(6)")
         return cur.fetchone()[0]
+
+
+def server_now(conn: pymysql.connections.Connection) -> datetime:
+    """MySQL's clock on the cursor values' clock: wall-clock time of S3RS_SOURCE_TIMEZONE."""
+    return wall_clock(server_utc(conn))
 
 
 _TRX, _STATEMENT = "open transaction", "statement in flight"
@@ -185,16 +261,18 @@ _TRX, _STATEMENT = "open transaction", "statement in flight"
 #: never write: ignored, so such readers (reports, other syncs) do not hold the bound back.
 #: A dump in an ordinary transaction (mysqldump --single-transaction) does, until it ends.
 _OPEN_TRX_SQL = (
-    "SELECT trx_mysql_thread_id, trx_started FROM information_schema.INNODB_TRX "
+    "SELECT trx_mysql_thread_id, CONVERT_TZ(trx_started, 'SYSTEM', '+00:00') "
+    "FROM information_schema.INNODB_TRX "
     "WHERE trx_mysql_thread_id <> CONNECTION_ID() AND ("
     "trx_rows_modified > 0 OR trx_rows_locked > 0 OR trx_state = 'LOCK WAIT' "
     "OR (trx_query IS NOT NULL AND trx_autocommit_non_locking = 0 AND trx_is_read_only = 0))"
 )
 #: Statements in flight that InnoDB does not list yet (an INSERT ... SELECT still evaluating
 #: its derived table has no InnoDB transaction, but its NOW() is already fixed). The start is
-#: NOW(6) - TIME_MS (MariaDB; whole seconds on MySQL), less one second of margin.
+#: UTC_TIMESTAMP(6) - TIME_MS (MariaDB; whole seconds on MySQL), less one second of margin.
 _STATEMENTS_SQL = (
-    "SELECT p.ID, TIMESTAMPADD(MICROSECOND, -CAST(p.{elapsed} AS SIGNED) - 1000000, NOW(6)) "
+    "SELECT p.ID, "
+    "TIMESTAMPADD(MICROSECOND, -CAST(p.{elapsed} AS SIGNED) - 1000000, UTC_TIMESTAMP(6)) "
     "FROM information_schema.PROCESSLIST p "
     "LEFT JOIN information_schema.INNODB_TRX t ON t.trx_mysql_thread_id = p.ID "
     "WHERE p.ID <> CONNECTION_ID() AND p.COMMAND IN ('Query', 'Execute') "
@@ -205,7 +283,8 @@ _ELAPSED = ("TIME_MS * 1000", "TIME * 1000000")  # MariaDB, then MySQL
 
 
 def blockers(conn: pymysql.connections.Connection) -> list[Blocker]:
-    """Every other thread whose rows may still commit with a timestamp before now.
+    """Every other thread whose rows may still commit with a timestamp before now; their
+    starts as naive UTC instants (innodb_trx shows the server's SYSTEM zone: converted).
 
     Raises pymysql's error 1227 without the PROCESS privilege (innodb_trx unreadable)."""
     with conn.cursor() as cur:
@@ -224,7 +303,7 @@ def blockers(conn: pymysql.connections.Connection) -> list[Blocker]:
 
 
 def safety_bound(conn: pymysql.connections.Connection, lag: timedelta) -> SafetyBound:
-    """The earliest of NOW(6) - lag and the start of every transaction or statement that
+    """The earliest of MySQL's clock less `lag` and the start of every transaction or statement that
     may still commit rows stamped before now (`blockers`).
 
     What it protects: cursor values MySQL stamps itself (NOW(), CURRENT_TIMESTAMP, ON UPDATE
@@ -232,9 +311,12 @@ def safety_bound(conn: pymysql.connections.Connection, lag: timedelta) -> Safety
     the application computes on its own clock, or replicated rows carrying the primary's
     timestamps, which may land below the bound long after it passed; `lag` must cover those
     (reconcile repairs what slips through).
+
+    Taken in UTC and turned into wall-clock values of S3RS_SOURCE_TIMEZONE (clock.py), an
+    hour earlier around the autumn change, when later rows repeat earlier wall-clock values.
     """
-    now = server_now(conn)
-    upper = now - lag
+    now_utc = server_utc(conn)
+    upper_utc = now_utc - lag
     found: list[Blocker] = []
     readable, note = True, ""
     try:
@@ -246,8 +328,14 @@ def safety_bound(conn: pymysql.connections.Connection, lag: timedelta) -> Safety
             f"({e.args[0]}: needs PROCESS); the bound uses the lag only"
         )
     oldest = min(found, key=lambda b: b.started, default=None)
-    if oldest is not None and oldest.started < upper:
-        upper = oldest.started
+    held = oldest is not None and oldest.started < upper_utc
+    if held:
+        upper_utc = oldest.started
+    # Instants (UTC) become the cursor's wall-clock values of S3RS_SOURCE_TIMEZONE here.
+    found = [Blocker(b.thread_id, wall_clock(b.started), b.why) for b in found]
+    now, upper = wall_clock(now_utc), bound_wall_clock(upper_utc)
+    if held:
+        oldest = next(b for b in found if b.thread_id == oldest.thread_id and b.why == oldest.why)
         note = (
             f"held back by an {oldest.why} (MySQL thread {oldest.thread_id}) started at "
             f"{oldest.started.isoformat()}"

@@ -19,13 +19,19 @@ records one materialization per partition):
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import dagster as dg
 
 from s3rs_assets.backup import PartitionRun
-from s3rs_assets.names import WATERMARK_BACKUP_METADATA_KEY, WATERMARK_METADATA_KEY
+from s3rs_assets.names import (
+    RETRIES_METADATA_KEY,
+    WATERMARK_BACKUP_METADATA_KEY,
+    WATERMARK_METADATA_KEY,
+)
+from s3rs_assets.retry import Retries, is_transient
 from s3rs_assets.source import SafetyBound
 from s3rs_assets.watermark import LoadState, SourceCounts, WatermarkRecord, iso, utcnow
 from s3rs_assets.watermark_reports import SaveInfo, UpdateResult
@@ -46,6 +52,8 @@ class BackupOutput:
     spark_seconds: float = 0.0
     skipped: list[str] = field(default_factory=list)
     recovery: dict[str, Any] | None = None  # set when this run restored a lost watermark
+    retries: Retries = field(default_factory=Retries)  # transient errors retried in the step
+    step_retries: int = 0  # Dagster's retries of the step before this attempt
 
     @property
     def rows(self) -> int:
@@ -76,6 +84,8 @@ class LoadOutput:
     dialect: str
     partitions: dict[str, PartitionLoad]
     seconds: float
+    retries: Retries = field(default_factory=Retries)
+    step_retries: int = 0
 
     def close(self, rec: WatermarkRecord) -> None:
         """Mirror the ledger (the truth) into the record's redshift side."""
@@ -86,6 +96,19 @@ class LoadOutput:
         rec.redshift_status = "success"
         rec.last_redshift_load_time = utcnow()
         rec.last_error = None
+
+
+@contextlib.contextmanager
+def dagster_step() -> Iterator[None]:
+    """Around an asset's body: a transient error (retry.is_transient) propagates, so
+    `names.RETRY_POLICY` retries the step; any other error fails it at once (a Failure that
+    disallows retries, caused by the original error, which the UI and `s3rs sync` show)."""
+    try:
+        yield
+    except Exception as e:
+        if is_transient(e):
+            raise
+        raise dg.Failure(description=f"{type(e).__name__}: {e}", allow_retries=False) from e
 
 
 def record_failure(store: WatermarkStore, table: str, stage: str, error: Exception) -> None:
@@ -160,6 +183,7 @@ def backup_run_metadata(out: BackupOutput, record: WatermarkRecord) -> Metadata:
             round(rows / out.seconds, 1) if out.seconds > 0 else 0.0
         ),
         "spark_startup_seconds": dg.MetadataValue.float(round(out.spark_seconds, 3)),
+        **retry_metadata(out.retries, out.step_retries),
         "run_partial_partitions": dg.MetadataValue.json(partial),
         "skipped_partitions": dg.MetadataValue.json(out.skipped),
         **{k: dg.MetadataValue.int(v) for k, v in out.anomalies.metadata().items()},
@@ -173,6 +197,16 @@ def backup_run_metadata(out: BackupOutput, record: WatermarkRecord) -> Metadata:
         WATERMARK_BACKUP_METADATA_KEY: dg.MetadataValue.json(backup_side(record)),
         **(
             {"watermark_recovery": dg.MetadataValue.json(out.recovery)} if out.recovery else {}
+        ),
+    }
+
+
+def retry_metadata(retries: Retries, step_retries: int) -> Metadata:
+    """`retries`: every retry the run needed (in the step, and Dagster's of the step)."""
+    return {
+        RETRIES_METADATA_KEY: dg.MetadataValue.int(retries.total + step_retries),
+        "retry_details": dg.MetadataValue.json(
+            {**retries.metadata(), "dagster_step_retries": step_retries}
         ),
     }
 
@@ -224,6 +258,7 @@ def load_run_metadata(out: LoadOutput, record: WatermarkRecord) -> Metadata:
         ),
         "target": dg.MetadataValue.text(out.target),
         "dialect": dg.MetadataValue.text(out.dialect),
+        **retry_metadata(out.retries, out.step_retries),
         "table_rows_loaded": dg.MetadataValue.int(record.redshift_rows_loaded),
         WATERMARK_METADATA_KEY: dg.MetadataValue.json(record.model_dump(mode="json")),
     }

@@ -151,7 +151,11 @@ MAPPING_DOC: list[tuple[str, str, str]] = [
     ("DECIMAL(p,s), p <= 38", "decimal128(p,s)", "DECIMAL(p,s)"),
     ("FLOAT / DOUBLE", "float32 / float64", "REAL / DOUBLE PRECISION"),
     ("DATE", "date32", "DATE"),
-    ("DATETIME(n), TIMESTAMP(n)", "timestamp[us] (naive, source time zone)", "TIMESTAMP"),
+    (
+        "DATETIME(n), TIMESTAMP(n)",
+        "timestamp[us] (naive: DATETIME as its wall clock, TIMESTAMP as UTC)",
+        "TIMESTAMP",
+    ),
     ("TIME", "string", "VARCHAR(20)"),
     ("YEAR", "int16", "SMALLINT"),
     ("CHAR(n), VARCHAR(n)", "string", "VARCHAR(min(4n, 65535)) (bytes)"),

@@ -31,14 +31,14 @@ from pydantic import Field
 from s3rs_assets.config import DatabaseURL
 from s3rs_assets.errors import ConfigError
 from s3rs_assets.resources import RedactedURL
+from s3rs_assets.retry import is_transient, sqlstate
 
 Dialect = Literal["postgres", "redshift"]
 
 _SCHEMES = ("redshift", "postgresql", "postgres")
 _SSLMODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
-#: SQLSTATEs after which the whole load transaction is retried: serialization failure,
-#: deadlock, and a unique violation (a racing loader committed the same ledger rows or keys).
-RETRYABLE_SQLSTATES = frozenset({"40001", "40P01", "23505"})
+#: A racing loader inserted the same ledger rows first (PostgreSQL): rerun and skip them.
+UNIQUE_VIOLATION = "23505"
 
 
 class WarehouseResource(RedactedURL, dg.ConfigurableResource):
@@ -215,26 +215,10 @@ class WarehouseConnection:
         self.close()
 
 
-def sqlstate(exc: BaseException) -> str | None:
-    """The SQLSTATE of a psycopg or redshift_connector error, if it carries one."""
-    state = getattr(exc, "sqlstate", None)
-    if state:
-        return str(state)
-    arg = exc.args[0] if exc.args else None
-    if isinstance(arg, dict):  # redshift_connector: {'S': 'ERROR', 'C': '...', 'M': ...}
-        return arg.get("C")
-    return None
-
-
 def is_retryable(exc: BaseException) -> bool:
-    """True for errors after which rerunning the whole transaction is the right move."""
-    if sqlstate(exc) in RETRYABLE_SQLSTATES:
-        return True
-    # Redshift reports serializable isolation violations as error 1023 (SQLSTATE XX000).
-    arg = exc.args[0] if exc.args else None
-    if isinstance(arg, dict) and str(arg.get("M", "")).strip() == "1023":
-        return True
-    return "serializable isolation violation" in str(exc).lower()
+    """True for errors after which rerunning the whole load transaction is the right move:
+    the transient ones (retry.kind) and a racing loader's unique violation on the ledger."""
+    return is_transient(exc) or sqlstate(exc) == UNIQUE_VIOLATION
 
 
 def is_driver_error(exc: BaseException) -> bool:

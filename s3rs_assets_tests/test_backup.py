@@ -86,7 +86,7 @@ def _run(cfg, mysql_url, s3_resource, spark, run_id: str, keys=None, **kw) -> Ba
         src = describe(conn, cfg)
         ex = Extractor(spark=spark, mysql=mysql, s3=s3_resource, src=src,
                        table_name=cfg.name, parallelism=cfg.parallelism)
-        run = BackupRun(ex, store, conn, windows=windows(pdef, keys),
+        run = BackupRun(ex, store, windows=windows(pdef, keys),
                         upper=kw.pop("upper", datetime(2026, 1, 1)),
                         chunk_rows=cfg.chunk_rows, run_id=run_id, **kw)
         run.results = run.run()

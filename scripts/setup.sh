@@ -160,6 +160,14 @@ else
     die "MariaDB listens on $MYSQL_HOST:$MYSQL_PORT but root without password cannot log in over TCP"
   say "ok: MariaDB answers on $MYSQL_HOST:$MYSQL_PORT"
 fi
+# Named time zones (CONVERT_TZ, SET time_zone = 'Europe/Berlin'): the tests write rows
+# from sessions in DST zones. Loaded once: only while mysql.time_zone_name is empty.
+tz_count() { mariadb -uroot -h"$MYSQL_HOST" -P"$MYSQL_PORT" -N -B -e "SELECT COUNT(*) FROM mysql.time_zone_name"; }
+if [ "$(tz_count)" = "0" ]; then
+  say "loading: MariaDB time zone tables (mariadb-tzinfo-to-sql /usr/share/zoneinfo)"
+  mariadb-tzinfo-to-sql /usr/share/zoneinfo 2>/dev/null | mariadb -uroot -h"$MYSQL_HOST" -P"$MYSQL_PORT" mysql
+fi
+say "ok: MariaDB time zone tables ($(tz_count) zones)"
 
 # ---------------------------------------------------------------------------- 5. postgresql
 pg_ok() {

@@ -14,7 +14,7 @@ import click
 from s3rs_assets import runner
 from s3rs_assets.cli.common import _mysql, _s3, _say, _store, _tables, echo, friendly_errors
 from s3rs_assets.config import TableConfig
-from s3rs_assets.progress import SYNC_TAG, SyncMonitor, failure_reasons
+from s3rs_assets.progress import SYNC_TAG, SyncMonitor, failure_reasons, run_retries
 from s3rs_assets.watermark_edit import fmt as _fmt
 
 
@@ -152,14 +152,16 @@ def _sync_table(
             echo(f"{table.name}: FAILED before the run started: {e}", err=True, fg="red")
             return False
         monitor.stop()
+        retries = run_retries(result)
+        after = f" after {retries} retr{'y' if retries == 1 else 'ies'}" if retries else ""
         if not result.success:
-            echo(f"{table.name}: run {result.run_id} FAILED", err=True, fg="red")
+            echo(f"{table.name}: run {result.run_id} FAILED{after}", err=True, fg="red")
             for reason in failure_reasons(result):
                 echo(f"  {table.name}: {reason}", err=True, fg="red")
             return False
         if _failed_checks(ctx, table, result):
             return False
-        echo(f"{table.name}: run {result.run_id} succeeded")
+        echo(f"{table.name}: run {result.run_id} succeeded{after}")
         _report_unread_rows(ctx, table, store)
         if budget is not None and "backup" in plan.stages:
             budget -= max(0, _rows_extracted(store, table) - before)

@@ -31,7 +31,6 @@ commit exactly when the files' ledger rows do, and never for a file already load
 
 from __future__ import annotations
 
-import random
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -40,6 +39,7 @@ from typing import Any
 
 import dagster as dg
 
+from s3rs_assets import retry
 from s3rs_assets.errors import ConfigError, IntegrityError, S3rsError
 from s3rs_assets.load import ledger
 from s3rs_assets.load.copy_postgres import copy_postgres
@@ -49,10 +49,10 @@ from s3rs_assets.load.sql import create_stage_sql, merge_sql, staged_stats_sql
 from s3rs_assets.load.target import LoadTarget
 from s3rs_assets.resources import S3Resource
 from s3rs_assets.warehouse import (
+    UNIQUE_VIOLATION,
     WarehouseConnection,
     WarehouseResource,
     is_driver_error,
-    is_retryable,
     sqlstate,
 )
 from s3rs_assets.watermark import FileEntry, utcnow
@@ -65,6 +65,9 @@ log = dg.get_dagster_logger("s3rs.load")
 
 class LoadError(S3rsError):
     """The load transaction failed and was rolled back: nothing of it is in the warehouse."""
+
+    #: transient when its driver error is (retry.kind): Dagster's retry policy may rerun it
+    classify_by_cause = True
 
 
 @dataclass
@@ -160,14 +163,16 @@ def load_files(
     *,
     checkpoint: Callable[[str], None] | None = None,
     before_merge: Callable[[WarehouseConnection], None] | None = None,
-    max_attempts: int = 5,
-    backoff_seconds: float = 0.5,
+    max_attempts: int = retry.WAREHOUSE_BACKOFF.attempts,
+    backoff_seconds: float = retry.WAREHOUSE_BACKOFF.first,
+    retries: retry.Retries | None = None,
 ) -> LoadResult:
     """Load `files` (one partition's parquet objects in `s3.bucket`) into `target`.
 
     Exactly once: files already in the ledger are skipped, the rest are merged and recorded
     in the ledger in one transaction. `checkpoint(name)` is called at each of CHECKPOINTS
-    inside the transaction; what it raises aborts (and rolls back) the load.
+    inside the transaction; what it raises aborts (and rolls back) the load. Transient
+    errors rerun the transaction (retry.call, counted in `retries`).
     """
     started = time.monotonic()
     _check_files(target, partition_key, files)
@@ -176,34 +181,45 @@ def load_files(
     )
     result.ddl = ensure_target(warehouse, target)
     observe = checkpoint or (lambda name: None)
-    for attempt in range(1, max_attempts + 1):
-        result.attempts = attempt
+
+    def attempt() -> None:
+        result.attempts += 1
         result.load_id = uuid.uuid4().hex
         conn = warehouse.connect()
         try:
             _load_once(
                 conn, warehouse, s3, target, partition_key, files, result, observe, before_merge
             )
-            break
-        except Exception as e:
+        except Exception:
             conn.rollback()
-            if is_driver_error(e) and is_retryable(e) and attempt < max_attempts:
-                delay = backoff_seconds * 2 ** (attempt - 1) * (0.5 + random.random())
-                log.warning(
-                    f"{target.qualified} partition {partition_key}: attempt {attempt} lost a "
-                    f"race ({type(e).__name__} {sqlstate(e) or ''}); retrying in {delay:.2f}s"
-                )
-                time.sleep(delay)
-                continue
-            if is_driver_error(e):
-                raise LoadError(
-                    f"loading {len(files)} file(s) into {target.qualified} (partition "
-                    f"{partition_key}) failed after {attempt} attempt(s); nothing was "
-                    f"committed: {type(e).__name__}: {e}"
-                ) from e
             raise
         finally:
             conn.close()
+
+    def transient(e: BaseException) -> str | None:
+        if not is_driver_error(e):
+            return None
+        if sqlstate(e) == UNIQUE_VIOLATION:
+            return "warehouse 23505 racing loader"
+        return retry.kind(e)
+
+    try:
+        retry.call(
+            attempt,
+            what=f"loading {target.qualified} partition {partition_key}",
+            retries=retries if retries is not None else retry.Retries(),
+            backoff=retry.Backoff(max_attempts, backoff_seconds),
+            transient=transient,
+            log=log.warning,
+        )
+    except Exception as e:
+        if is_driver_error(e):
+            raise LoadError(
+                f"loading {len(files)} file(s) into {target.qualified} (partition "
+                f"{partition_key}) failed after {result.attempts} attempt(s); nothing was "
+                f"committed: {type(e).__name__}: {e}"
+            ) from e
+        raise
     result.seconds = time.monotonic() - started
     log.info(
         f"{target.qualified} partition {partition_key}: {len(result.files_loaded)} file(s) "
