@@ -3,13 +3,30 @@
 `partition:` in tables.yaml picks Dagster's own definition: hourly, daily, weekly (weeks
 start on Monday) or monthly. The first window starts at or before `start`, aligned to the
 size, so no row after `start` falls outside every partition.
+
+Windows are real instants (Dagster's, in `S3RS_SOURCE_TIMEZONE`), but the cursor column
+holds wall-clock values (a DATETIME has no offset), so each window is turned into the
+[start, end) of wall-clock values it holds (`wall_clock`). Across a daylight-saving change:
+
+* the skipped spring hour (02:00-03:00 in New York on 2024-03-10) is no real instant, yet a
+  DATETIME can hold it: it belongs to the window before the gap (`...-01:00` spans the wall
+  clock [01:00, 03:00));
+* the repeated autumn hour (01:00-02:00 in New York on 2024-11-03) is two real hours, and
+  Dagster has a partition for each (`2024-11-03-01:00` and `2024-11-03-01:00-0500`). A
+  DATETIME in it cannot say which of the two it was, so it is read as the first (summer
+  time): every row of the repeated hour belongs to the first partition, and the second one
+  is a window of no wall-clock time, [02:00, 02:00), always complete and empty.
+
+So the wall-clock windows of consecutive partitions are contiguous and never overlap, and
+every value has exactly one partition (`key_for`).
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import os
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import dagster as dg
@@ -55,36 +72,98 @@ def partitions_def(table: TableConfig) -> dg.TimeWindowPartitionsDefinition:
     return _cached(table, source_timezone())
 
 
+def _fold_end(instant: datetime, local: datetime, tz: ZoneInfo) -> datetime:
+    """The wall clock at which the repeated interval holding `local` ends (its second
+    occurrence, at `instant` in UTC): the reading just before the clocks went back."""
+    first = local.replace(tzinfo=None).replace(tzinfo=tz, fold=0)
+    before = first.utcoffset()
+    lo, hi = math.floor(first.timestamp()), math.ceil(instant.timestamp())
+    while hi - lo > 1:  # the change of offset lies in (lo, hi]
+        mid = (lo + hi) // 2
+        if datetime.fromtimestamp(mid, tz).utcoffset() == before:
+            lo = mid
+        else:
+            hi = mid
+    return (datetime.fromtimestamp(hi, UTC) + before).replace(tzinfo=None)
+
+
+def wall_clock(instant: datetime, tz: ZoneInfo) -> datetime:
+    """The wall-clock bound of a window edge at `instant`: the smallest wall-clock value
+    whose (first) instant is not before it. That is the clock reading, except inside the
+    second occurrence of a repeated hour, whose values all belong to the first: there the
+    end of the repeated interval."""
+    local = instant.astimezone(tz)
+    if local.fold == 1:  # zoneinfo marks the second occurrence of an ambiguous reading
+        return _fold_end(instant.astimezone(UTC), local, tz)
+    return local.replace(tzinfo=None)
+
+
+def instant_of(ts: datetime, tz: ZoneInfo) -> datetime:
+    """The real instant a naive wall-clock value stands for: the first of two in a repeated
+    hour; for a value in a skipped hour, the instant just as far past the hour before the
+    gap (so it falls in the window before the gap, as `wall_clock` has it)."""
+    aware = ts.replace(tzinfo=tz, fold=0)
+    if aware.astimezone(UTC).astimezone(tz).replace(tzinfo=None) != ts:  # in a gap
+        aware = ts.replace(tzinfo=tz, fold=1)
+    return aware
+
+
+def _zone(pdef: dg.TimeWindowPartitionsDefinition) -> ZoneInfo:
+    return ZoneInfo(pdef.timezone or "UTC")
+
+
 def window(pdef: dg.TimeWindowPartitionsDefinition, key: str) -> tuple[datetime, datetime]:
-    """[start, end) of a partition as naive datetimes in the source time zone."""
+    """[start, end) of a partition as naive wall-clock values in the source time zone (see
+    the module docstring for the daylight-saving changes)."""
     w = pdef.time_window_for_partition_key(key)
-    return w.start.replace(tzinfo=None), w.end.replace(tzinfo=None)
+    tz = _zone(pdef)
+    return wall_clock(w.start, tz), wall_clock(w.end, tz)
 
 
 def key_for(pdef: dg.TimeWindowPartitionsDefinition, ts: datetime) -> str | None:
-    """The partition holding the naive source-time `ts`, or None outside every partition."""
-    aware = ts.replace(tzinfo=ZoneInfo(pdef.timezone)) if ts.tzinfo is None else ts
-    key = pdef.get_partition_key_for_timestamp(aware.timestamp())
+    """The partition whose wall-clock window holds the naive source-time `ts`, or None
+    outside every partition."""
+    tz = _zone(pdef)
+    naive = ts if ts.tzinfo is None else ts.astimezone(tz).replace(tzinfo=None)
+    key = pdef.get_partition_key_for_timestamp(instant_of(naive, tz).timestamp())
     first, last = pdef.get_first_partition_key(), pdef.get_last_partition_key()
     if first is None or last is None or key < first or key > last:
         return None  # keys of one definition sort like their windows
-    return key
+    start, end = window(pdef, key)
+    while naive >= end:  # a window of no wall-clock time (the second of a repeated hour)
+        nxt = pdef.get_next_partition_key(key)
+        if nxt is None:
+            return None
+        key = nxt
+        start, end = window(pdef, key)
+    return key if start <= naive else None
 
 
 def partition_keys(table: TableConfig) -> list[str]:
     return partitions_def(table).get_partition_keys()
 
 
+def _key_instant(pdef: dg.TimeWindowPartitionsDefinition, key: str, tz: ZoneInfo) -> datetime:
+    """The instant a partition starts, parsed from its key: Dagster names the second of two
+    windows starting at the same reading with its offset (`2024-11-03-01:00-0500`)."""
+    try:
+        return datetime.strptime(key, pdef.fmt).replace(tzinfo=tz)
+    except ValueError:
+        return datetime.strptime(key, pdef.fmt + "%z")
+
+
 def windows(
     pdef: dg.TimeWindowPartitionsDefinition, keys: list[str] | None = None
 ) -> list[tuple[str, datetime, datetime]]:
-    """(key, start, end) of consecutive partitions (default: all of them), oldest first.
+    """(key, start, end) of consecutive partitions (default: all of them), oldest first, as
+    wall-clock values like `window`.
 
     Parsed from the keys (each window ends where the next begins): 20 years of days cost
     milliseconds, where asking Dagster for each window costs half a second."""
     keys = pdef.get_partition_keys() if keys is None else keys
     if not keys:
         return []
-    starts = [datetime.strptime(k, pdef.fmt) for k in keys]
+    tz = _zone(pdef)
+    starts = [wall_clock(_key_instant(pdef, k, tz), tz) for k in keys]
     ends = starts[1:] + [window(pdef, keys[-1])[1]]
     return list(zip(keys, starts, ends, strict=True))

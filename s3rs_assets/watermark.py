@@ -229,12 +229,16 @@ class WatermarkRecord(_Model):
         state = self.partitions.get(key)
         if state is not None:
             return state.status == "complete"
-        return self.closed_range(start, end) is not None
+        # a window of no wall-clock time (the second of a repeated hour) holds no row
+        return start >= end or self.closed_range(start, end) is not None
 
     def close_empty(self, key: str, start: datetime, end: datetime) -> None:
         """Partition `key` is complete and holds no row: fold it into the closed ranges
-        (merging neighbours) instead of keeping an entry for it."""
+        (merging neighbours) instead of keeping an entry for it. A window of no wall-clock
+        time needs no range: `is_complete` knows it is."""
         self.partitions.pop(key, None)
+        if start >= end:
+            return
         ranges = [r for r in self.closed if not (start <= r.start and r.end <= end)]
         ranges.append(ClosedRange(start=start, end=end))
         ranges.sort(key=lambda r: r.start)
@@ -310,7 +314,8 @@ class WatermarkRecord(_Model):
 
         Raises WatermarkError naming the table and the problem when: the schema version is
         not this s3rs's; a count is negative; `s3_file_count` or `mysql_rows_extracted`
-        differ from what the partition manifests sum to; a partition window is empty; or,
+        differ from what the partition manifests sum to; a partition window ends before it
+        starts; or,
         given the source clock `now` (naive, source time zone), a cursor is later than
         `now + FUTURE_TOLERANCE`. Returns self.
         """
@@ -328,9 +333,10 @@ class WatermarkRecord(_Model):
             if not isinstance(value, int) or value < 0:
                 raise WatermarkError(f"{who}: {name} is {value!r}, must be a count >= 0")
         for key, part in self.partitions.items():
-            if part.window_start >= part.window_end:
+            # equal ends are the second of a repeated autumn hour (partitions.py)
+            if part.window_start > part.window_end:
                 raise WatermarkError(
-                    f"{who}: partition {key!r} has an empty window "
+                    f"{who}: partition {key!r} has a window that ends before it starts "
                     f"[{iso(part.window_start)}, {iso(part.window_end)})"
                 )
         last_end: datetime | None = None
