@@ -145,8 +145,9 @@ def dst_table(mysql_db):
     conn.close()
 
 
-@pytest.mark.parametrize("zone", list(ZONES))
-@pytest.mark.parametrize("size", list(SIZES))
+@pytest.mark.parametrize(("zone", "size"), [("America/New_York", "hourly"),
+                                          ("Europe/Berlin", "hourly"),
+                                          ("Europe/Berlin", "daily")])
 def test_both_changes_sync_exactly_end_to_end(zone, size, dst_table, mysql_db, mysql_url,
                                               pg_url, s3_resource, spark_resource,
                                               monkeypatch):
@@ -170,9 +171,9 @@ def test_both_changes_sync_exactly_end_to_end(zone, size, dst_table, mysql_db, m
     with dg.instance_for_test() as instance:
         for lo, hi in ranges:
             sync(cfg, res, start=lo.strftime(fmt), end=hi.strftime(fmt), instance=instance)
-        # again over the same ranges: a backfill, nothing stalls, nothing doubles
-        for lo, hi in ranges:
-            sync(cfg, res, start=lo.strftime(fmt), end=hi.strftime(fmt), instance=instance)
+        # the autumn range again: a backfill, nothing stalls, nothing doubles
+        lo, hi = ranges[-1]
+        sync(cfg, res, start=lo.strftime(fmt), end=hi.strftime(fmt), instance=instance)
     with psycopg.connect(pg_url.replace("postgres:@", "postgres@")) as c:
         got = c.execute(f'SELECT id, update_at FROM "dw_dst"."{name}" ORDER BY id').fetchall()
     assert got == rows, "every row once, wall-clock values exactly as MySQL holds them"
