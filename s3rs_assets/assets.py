@@ -53,7 +53,7 @@ def run_backup(
     # write or the first JVM: bad input changes nothing.
     with mysql.connection() as conn:
         src = describe(conn, table)
-        bound = safety_bound(conn, table.lag)
+        bound = safety_bound(conn, table.lag, whole_days=src.cursor_is_date)
         found = source_counts(conn, src, window(pdef, pdef.get_first_partition_key())[0], bound)
         if not src.cursor_indexed:
             context.log.warning(

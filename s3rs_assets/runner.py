@@ -200,7 +200,7 @@ def prepare(
     if "backup" in stages:
         with mysql.connection() as conn:
             src = describe(conn, table)
-            bound = safety_bound(conn, table.lag).upper
+            bound = safety_bound(conn, table.lag, whole_days=src.cursor_is_date).upper
             found = scan(conn, src, record, windows(partitions_def(table)), bound)
         if found.empty:
             close_empty(store, table.name, found.empty)

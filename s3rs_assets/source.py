@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime, time, timedelta
 from typing import Any
 
 import pymysql
@@ -38,6 +38,11 @@ class SourceTable:
     @property
     def keys(self) -> KeyColumns:
         return KeyColumns(self.cursor, self.primary_key)
+
+    @property
+    def cursor_is_date(self) -> bool:
+        """A DATE cursor: its values are whole days, so the safety bound is too."""
+        return any(c.name == self.cursor and c.data_type == "date" for c in self.columns)
 
     @property
     def qualified(self) -> str:
@@ -223,9 +228,13 @@ def blockers(conn: pymysql.connections.Connection) -> list[Blocker]:
     return found
 
 
-def safety_bound(conn: pymysql.connections.Connection, lag: timedelta) -> SafetyBound:
+def safety_bound(
+    conn: pymysql.connections.Connection, lag: timedelta, *, whole_days: bool = False
+) -> SafetyBound:
     """The earliest of NOW(6) - lag and the start of every transaction or statement that
-    may still commit rows stamped before now (`blockers`).
+    may still commit rows stamped before now (`blockers`); with `whole_days` (a DATE
+    cursor) rounded down to the start of that day, since a row written later today carries
+    today's date: today's rows are read once the day is over, never half of them.
 
     What it protects: cursor values MySQL stamps itself (NOW(), CURRENT_TIMESTAMP, ON UPDATE
     CURRENT_TIMESTAMP) by transactions and statements on this server. What it cannot: values
@@ -255,6 +264,13 @@ def safety_bound(conn: pymysql.connections.Connection, lag: timedelta) -> Safety
             else f"held back by a {oldest.why} (MySQL thread {oldest.thread_id}) started at "
             f"{oldest.started.isoformat()}"
         )
+    if whole_days:
+        day = datetime.combine(upper.date(), time.min)
+        if day < upper:
+            upper = day
+            note = "; ".join(
+                n for n in (note, "rounded down to the start of the day (DATE cursor)") if n
+            )
     return SafetyBound(now, upper, lag, readable, tuple(found), note)
 
 

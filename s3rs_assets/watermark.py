@@ -30,7 +30,15 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    ValidationError,
+    field_serializer,
+    field_validator,
+)
 
 from s3rs_assets.errors import WatermarkError
 
@@ -55,17 +63,55 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="ignore", validate_assignment=True)
 
 
+#: The tag of a key value JSON cannot hold as text: BINARY/VARBINARY keys (UUIDs in
+#: BINARY(16)) are written `{"$hex": "00ff..."}` and read back as bytes.
+BYTES_TAG = "$hex"
+
+
+def encode_key_value(value: Any) -> Any:
+    """A primary-key value as the record's JSON holds it (bytes tagged, hex-encoded)."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return {BYTES_TAG: bytes(value).hex()}
+    return value
+
+
+def decode_key_value(value: Any) -> Any:
+    """The inverse of `encode_key_value`: tagged hex back to the bytes MySQL compares."""
+    if isinstance(value, dict) and set(value) == {BYTES_TAG}:
+        try:
+            return bytes.fromhex(value[BYTES_TAG])
+        except (TypeError, ValueError):
+            raise ValueError(f"{BYTES_TAG} key value is not hexadecimal") from None
+    return value
+
+
+def _show(value: Any) -> str:
+    return f"0x{bytes(value).hex()}" if isinstance(value, bytes | bytearray) else str(value)
+
+
 class Position(_Model):
-    """A (cursor, primary key) tuple; `pk` None means "before every row at `c`"."""
+    """A (cursor, primary key) tuple; `pk` None means "before every row at `c`".
+
+    Key values are what MySQL returns (int, str, Decimal, bytes, ...); in JSON a bytes value
+    is tagged and hex-encoded (`encode_key_value`), since a BINARY key is rarely UTF-8."""
 
     c: datetime
     pk: list[Any] | None = None
+
+    @field_validator("pk", mode="before")
+    @classmethod
+    def _decode_pk(cls, value: Any) -> Any:
+        return [decode_key_value(v) for v in value] if isinstance(value, list) else value
+
+    @field_serializer("pk", when_used="json")
+    def _encode_pk(self, pk: list[Any] | None) -> list[Any] | None:
+        return None if pk is None else [encode_key_value(v) for v in pk]
 
     def key(self) -> tuple:
         return (self.c, tuple(self.pk) if self.pk is not None else ())
 
     def __str__(self) -> str:
-        pk = "start" if self.pk is None else ",".join(str(v) for v in self.pk)
+        pk = "start" if self.pk is None else ",".join(_show(v) for v in self.pk)
         return f"({iso(self.c)}, {pk})"
 
 
