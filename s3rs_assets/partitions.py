@@ -24,19 +24,13 @@ every value has exactly one partition (`key_for`).
 from __future__ import annotations
 
 import functools
-import math
-import os
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import dagster as dg
 
 from s3rs_assets.config import TableConfig
-
-
-def source_timezone() -> str:
-    """The time zone the cursor column's values are written in (S3RS_SOURCE_TIMEZONE)."""
-    return os.environ.get("S3RS_SOURCE_TIMEZONE", "UTC")
+from s3rs_assets.times import instant_of, source_timezone, wall_clock
 
 
 def first_window_start(table: TableConfig) -> datetime:
@@ -70,42 +64,6 @@ def _cached(table: TableConfig, tz: str) -> dg.TimeWindowPartitionsDefinition:
 def partitions_def(table: TableConfig) -> dg.TimeWindowPartitionsDefinition:
     """The table's partitions (one definition object per table and time zone)."""
     return _cached(table, source_timezone())
-
-
-def _fold_end(instant: datetime, local: datetime, tz: ZoneInfo) -> datetime:
-    """The wall clock at which the repeated interval holding `local` ends (its second
-    occurrence, at `instant` in UTC): the reading just before the clocks went back."""
-    first = local.replace(tzinfo=None).replace(tzinfo=tz, fold=0)
-    before = first.utcoffset()
-    lo, hi = math.floor(first.timestamp()), math.ceil(instant.timestamp())
-    while hi - lo > 1:  # the change of offset lies in (lo, hi]
-        mid = (lo + hi) // 2
-        if datetime.fromtimestamp(mid, tz).utcoffset() == before:
-            lo = mid
-        else:
-            hi = mid
-    return (datetime.fromtimestamp(hi, UTC) + before).replace(tzinfo=None)
-
-
-def wall_clock(instant: datetime, tz: ZoneInfo) -> datetime:
-    """The wall-clock bound of a window edge at `instant`: the smallest wall-clock value
-    whose (first) instant is not before it. That is the clock reading, except inside the
-    second occurrence of a repeated hour, whose values all belong to the first: there the
-    end of the repeated interval."""
-    local = instant.astimezone(tz)
-    if local.fold == 1:  # zoneinfo marks the second occurrence of an ambiguous reading
-        return _fold_end(instant.astimezone(UTC), local, tz)
-    return local.replace(tzinfo=None)
-
-
-def instant_of(ts: datetime, tz: ZoneInfo) -> datetime:
-    """The real instant a naive wall-clock value stands for: the first of two in a repeated
-    hour; for a value in a skipped hour, the instant just as far past the hour before the
-    gap (so it falls in the window before the gap, as `wall_clock` has it)."""
-    aware = ts.replace(tzinfo=tz, fold=0)
-    if aware.astimezone(UTC).astimezone(tz).replace(tzinfo=None) != ts:  # in a gap
-        aware = ts.replace(tzinfo=tz, fold=1)
-    return aware
 
 
 def _zone(pdef: dg.TimeWindowPartitionsDefinition) -> ZoneInfo:

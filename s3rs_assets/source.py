@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from datetime import datetime, time, timedelta
+from datetime import UTC, datetime, time, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pymysql
 
@@ -18,6 +19,7 @@ from s3rs_assets.config import TableConfig
 from s3rs_assets.cursor import ChunkPlan, KeyColumns, SubRange, after, below, literal
 from s3rs_assets.errors import SourceSchemaError
 from s3rs_assets.identifiers import mysql_quote, mysql_table
+from s3rs_assets.times import lowest_reading_from, source_timezone
 from s3rs_assets.types import SourceColumn, column_type, select_expr
 from s3rs_assets.watermark import Position, SourceCounts
 
@@ -228,6 +230,18 @@ def blockers(conn: pymysql.connections.Connection) -> list[Blocker]:
     return found
 
 
+def _clocks_go_back(conn: pymysql.connections.Connection, lag: timedelta) -> timedelta:
+    """How far the source's wall clock will go back below its reading at NOW() - lag before
+    it passes that reading again: non-zero only in the first occurrence of an hour that
+    daylight saving repeats (01:00-02:00 EDT in New York on 2024-11-03). Rows written in the
+    second occurrence carry the same readings again, so the bound must wait for it."""
+    tz = ZoneInfo(source_timezone())
+    with conn.cursor() as cur:
+        cur.execute("SELECT UTC_TIMESTAMP(6)")
+        at = cur.fetchone()[0].replace(tzinfo=UTC) - lag
+    return at.astimezone(tz).replace(tzinfo=None) - lowest_reading_from(at, tz)
+
+
 def safety_bound(
     conn: pymysql.connections.Connection, lag: timedelta, *, whole_days: bool = False
 ) -> SafetyBound:
@@ -246,6 +260,13 @@ def safety_bound(
     upper = now - lag
     found: list[Blocker] = []
     readable, note = True, ""
+    back = _clocks_go_back(conn, lag)
+    if back:
+        upper -= back
+        note = (
+            "held at the start of the hour the clocks repeat (daylight saving) until its "
+            "second occurrence is over"
+        )
     try:
         found = blockers(conn)
     except pymysql.err.MySQLError as e:

@@ -8,8 +8,11 @@ cannot be given in months.
 from __future__ import annotations
 
 import calendar
+import math
+import os
 import re
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 from s3rs_assets.errors import ConfigError
 from s3rs_assets.watermark import iso
@@ -117,3 +120,69 @@ def parse_duration(value: object, what: str = "duration") -> timedelta:
     if not m or unit not in _UNITS:
         raise ConfigError(f"invalid {what} {value!r}: expected e.g. '30s', '5m', '2h', '7d'")
     return int(m.group(1)) * _UNITS[unit]
+
+
+# ------------------------------------------------------------------ wall clock and instants
+# A DATETIME cursor holds a wall-clock reading of S3RS_SOURCE_TIMEZONE, no offset. Around a
+# daylight-saving change a reading is skipped (spring) or repeated (autumn); these functions
+# are the one place that maps between readings and real instants.
+
+
+def source_timezone() -> str:
+    """The time zone the cursor column's values are written in (S3RS_SOURCE_TIMEZONE)."""
+    return os.environ.get("S3RS_SOURCE_TIMEZONE", "UTC")
+
+
+def _offset_change(lo: datetime, hi: datetime, tz: ZoneInfo) -> datetime:
+    """The first instant of (lo, hi] (UTC, aware) whose UTC offset differs from lo's (the
+    offset changes once in between), to the second."""
+    before = lo.astimezone(tz).utcoffset()
+    a, b = math.floor(lo.timestamp()), math.ceil(hi.timestamp())
+    while b - a > 1:
+        mid = (a + b) // 2
+        if datetime.fromtimestamp(mid, tz).utcoffset() == before:
+            a = mid
+        else:
+            b = mid
+    return datetime.fromtimestamp(b, UTC)
+
+
+def wall_clock(instant: datetime, tz: ZoneInfo) -> datetime:
+    """The wall-clock bound of a window edge at `instant`: the smallest wall-clock value
+    whose (first) instant is not before it. That is the clock reading, except inside the
+    second occurrence of a repeated hour, whose values all belong to the first: there the
+    end of the repeated interval (the reading just before the clocks went back)."""
+    local = instant.astimezone(tz)
+    if local.fold == 0:  # zoneinfo marks the second occurrence of an ambiguous reading
+        return local.replace(tzinfo=None)
+    first = local.replace(tzinfo=None).replace(tzinfo=tz, fold=0)
+    change = _offset_change(first.astimezone(UTC), instant.astimezone(UTC), tz)
+    return (change + first.utcoffset()).replace(tzinfo=None)
+
+
+def instant_of(ts: datetime, tz: ZoneInfo) -> datetime:
+    """The real instant a naive wall-clock value stands for: the first of two in a repeated
+    hour; for a value in a skipped hour, the instant just as far past the hour before the
+    gap (so it falls in the window before the gap, as `wall_clock` has it)."""
+    aware = ts.replace(tzinfo=tz, fold=0)
+    if aware.astimezone(UTC).astimezone(tz).replace(tzinfo=None) != ts:  # in a gap
+        aware = ts.replace(tzinfo=tz, fold=1)
+    return aware
+
+
+#: Longer than any step back of a clock (one hour in most zones, 30 minutes on Lord Howe).
+_LOOKAHEAD = timedelta(hours=3)
+
+
+def lowest_reading_from(instant: datetime, tz: ZoneInfo) -> datetime:
+    """The lowest wall-clock reading from `instant` (aware) on: the reading itself, except in
+    the first occurrence of a repeated hour, where the clocks will go back to the start of
+    it. A bound on wall-clock cursors must not pass that, or rows written in the second
+    occurrence land below a cursor that already passed them."""
+    here = instant.astimezone(tz)
+    ahead = (instant + _LOOKAHEAD).astimezone(tz)
+    reading = here.replace(tzinfo=None)
+    if ahead.utcoffset() >= here.utcoffset():
+        return reading  # the clocks do not go back in the next hours
+    change = _offset_change(instant.astimezone(UTC), (instant + _LOOKAHEAD).astimezone(UTC), tz)
+    return min(reading, (change + ahead.utcoffset()).replace(tzinfo=None))

@@ -9,7 +9,7 @@ warehouse exactly once, with the watermark valid at every step.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import dagster as dg
@@ -19,7 +19,9 @@ import pytest
 
 from s3rs_assets.cli import apply_set
 from s3rs_assets.io_manager import store_for
-from s3rs_assets.partitions import instant_of, key_for, partitions_def, wall_clock, window, windows
+from s3rs_assets.partitions import key_for, partitions_def, window, windows
+from s3rs_assets.source import safety_bound
+from s3rs_assets.times import instant_of, lowest_reading_from, wall_clock
 from s3rs_assets.watermark import WatermarkRecord
 from s3rs_assets_tests.helpers import resources, sync, table_cfg
 
@@ -104,6 +106,50 @@ def test_watermark_set_past_the_repeated_hour_keeps_the_record_valid(zone, monke
     again.close_empty(*zero)
     again.check()
     assert again.is_complete(*zero)
+
+
+# ------------------------------------------------------------- the safety bound
+
+# (zone, UTC instant of MySQL's clock, session offset, expected bound with lag 5m)
+CLOCKS = [
+    # the first 01:xx in New York (EDT): held at 01:00 until the second 01:xx is over
+    ("America/New_York", datetime(2024, 11, 3, 5, 50), "-04:00", datetime(2024, 11, 3, 1)),
+    ("America/New_York", datetime(2024, 11, 3, 5, 4), "-04:00", datetime(2024, 11, 3, 0, 59)),
+    # the second 01:xx (EST), and after it
+    ("America/New_York", datetime(2024, 11, 3, 6, 10), "-05:00",
+     datetime(2024, 11, 3, 1, 5)),
+    ("America/New_York", datetime(2024, 11, 3, 7, 10), "-05:00",
+     datetime(2024, 11, 3, 2, 5)),
+    # Berlin repeats 02:xx
+    ("Europe/Berlin", datetime(2024, 10, 27, 0, 30), "+02:00", datetime(2024, 10, 27, 2)),
+    ("Europe/Berlin", datetime(2024, 10, 27, 1, 30), "+01:00",
+     datetime(2024, 10, 27, 2, 25)),
+    # spring: nothing is repeated, the bound follows the clock across the gap
+    ("America/New_York", datetime(2024, 3, 10, 7, 10), "-04:00",
+     datetime(2024, 3, 10, 3, 5)),
+    ("UTC", datetime(2024, 11, 3, 5, 50), "+00:00", datetime(2024, 11, 3, 5, 45)),
+]
+
+
+@pytest.mark.parametrize(("zone", "utc", "offset", "expected"), CLOCKS)
+def test_the_bound_waits_for_the_second_repeated_hour(zone, utc, offset, expected, mysql_db,
+                                                      monkeypatch):
+    """Rows written in the second 01:30 carry the readings of the first: a bound (and a
+    cursor) that passed 01:30 in the first would never see them."""
+    monkeypatch.setenv("S3RS_SOURCE_TIMEZONE", zone)
+    conn = pymysql.connect(host="127.0.0.1", user="root", database=mysql_db)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"SET time_zone = '{offset}'")
+            cur.execute("SET TIMESTAMP = %s", (utc.replace(tzinfo=UTC).timestamp(),))
+        bound = safety_bound(conn, timedelta(minutes=5))
+    finally:
+        conn.close()
+    assert bound.upper == expected
+    held = expected < bound.server_now - timedelta(minutes=5)
+    assert ("daylight saving" in bound.note) == held
+    tz = ZoneInfo(zone)
+    assert lowest_reading_from(utc.replace(tzinfo=UTC) - timedelta(minutes=5), tz) == expected
 
 
 # ---------------------------------------------------------------- end to end
