@@ -232,7 +232,7 @@ def reconcile_table(
     # ------------------------------------------------------------------- diff
     t1 = time.monotonic()
     with mysql.connect() as conn:
-        bound = safety_bound(conn, table.lag).upper
+        bound = safety_bound(conn, table.lag, whole_days=src.cursor_is_date).upper
     mside = TableSQL("mysql", table.schema, table.table, target, options.columns)
     wside = TableSQL(
         warehouse.dialect, target.schema, target.table, target, options.columns, soft_col
