@@ -153,7 +153,9 @@ def test_binary_and_collated_keys_sync_exactly_end_to_end(conn, mysql_db, mysql_
         _make(conn, name, ddl, rows)
         cfg = table_cfg(mysql_db, name, chunk_rows=3, parallelism=2,
                         target=f"dw_keys.{name}")
-        sync(cfg, res, partition=DAY.strftime("%Y-%m-%d"))
+        result = sync(cfg, res, partition=DAY.strftime("%Y-%m-%d"))
+        failed = [c.description for c in result.get_asset_check_evaluations() if not c.passed]
+        assert not failed, f"{name}: {failed}"
         assert _pg(pg_url, name) == sorted(rows), f"{name}: every row once, exactly"
         rec = store_for(s3_resource).read(cfg.name, fresh=True)
         assert rec.mysql_rows_extracted == rec.redshift_rows_loaded == len(rows)
