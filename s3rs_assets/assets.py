@@ -71,7 +71,10 @@ def run_backup(
     clock_warning = query("checking the time zones", lambda c: check_clock(c, src))
     if clock_warning:
         context.log.warning(clock_warning)
-    bound = query("taking the safety bound", lambda c: safety_bound(c, table.lag))
+    bound = query(
+        "taking the safety bound",
+        lambda c: safety_bound(c, table.lag, whole_days=src.cursor_is_date),
+    )
     first = window(pdef, pdef.get_first_partition_key())[0]
     found = query("counting unreadable rows", lambda c: source_counts(c, src, first, bound))
     if not src.cursor_indexed:

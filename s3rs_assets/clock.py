@@ -7,7 +7,7 @@ keyset comparisons on a TIMESTAMP cursor are exact (no ambiguous local hour).
 
 Cursor values, partition windows and the safety bound are naive wall-clock times of
 `S3RS_SOURCE_TIMEZONE` (default UTC). MySQL's clock (NOW(6), in UTC) is turned into that
-zone here (`wall_clock`, `bound_wall_clock`) rather than by MySQL, so the server's own zone
+zone here (`wall_clock`, `lowest_reading_from`) rather than by MySQL, so the server's own zone
 cannot move the bound. What the server's zone can still move is the value MySQL stamps
 into a DATETIME column (DEFAULT / ON UPDATE CURRENT_TIMESTAMP, NOW() in the application's
 statements): source.check_clock compares it with S3RS_SOURCE_TIMEZONE before a run reads.
@@ -15,6 +15,7 @@ statements): source.check_clock compares it with S3RS_SOURCE_TIMEZONE before a r
 
 from __future__ import annotations
 
+import math
 import os
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -24,8 +25,6 @@ from s3rs_assets.errors import ConfigError
 #: The time_zone of every MySQL session s3rs opens (an offset: needs no time zone tables).
 SESSION_TIME_ZONE = "+00:00"
 PIN_SQL = f"SET time_zone = '{SESSION_TIME_ZONE}'"
-#: Longer than any daylight-saving shift (Troll: 2 h): the reach of `bound_wall_clock`.
-_MAX_SHIFT = timedelta(hours=3)
 
 
 def source_timezone() -> str:
@@ -67,11 +66,62 @@ def wall_clock(utc: datetime, name: str | None = None) -> datetime:
     return utc.replace(tzinfo=UTC).astimezone(zone(name)).replace(tzinfo=None)
 
 
-def bound_wall_clock(utc: datetime, name: str | None = None) -> datetime:
-    """The wall-clock bound below which no row written at or after the instant `utc` can
-    be stamped: `wall_clock(utc)`, less the shift when the clocks go back within reach (in
-    the repeated hour, rows written later carry earlier wall-clock values)."""
-    tz = zone(name)
-    at = utc.replace(tzinfo=UTC)
-    shift = min(tz.utcoffset(at.astimezone(tz)), tz.utcoffset((at + _MAX_SHIFT).astimezone(tz)))
-    return utc + (shift or timedelta(0))
+# ------------------------------------------------------------------ wall clock and instants
+# A DATETIME cursor holds a wall-clock reading of S3RS_SOURCE_TIMEZONE, no offset. Around a
+# daylight-saving change a reading is skipped (spring) or repeated (autumn); these functions
+# are the one place that maps between readings and real instants.
+
+
+def _offset_change(lo: datetime, hi: datetime, tz: ZoneInfo) -> datetime:
+    """The first instant of (lo, hi] (UTC, aware) whose UTC offset differs from lo's (the
+    offset changes once in between), to the second."""
+    before = lo.astimezone(tz).utcoffset()
+    a, b = math.floor(lo.timestamp()), math.ceil(hi.timestamp())
+    while b - a > 1:
+        mid = (a + b) // 2
+        if datetime.fromtimestamp(mid, tz).utcoffset() == before:
+            a = mid
+        else:
+            b = mid
+    return datetime.fromtimestamp(b, UTC)
+
+
+def edge_reading(instant: datetime, tz: ZoneInfo) -> datetime:
+    """The wall-clock bound of a window edge at `instant`: the smallest wall-clock value
+    whose (first) instant is not before it. That is the clock reading, except inside the
+    second occurrence of a repeated hour, whose values all belong to the first: there the
+    end of the repeated interval (the reading just before the clocks went back)."""
+    local = instant.astimezone(tz)
+    if local.fold == 0:  # zoneinfo marks the second occurrence of an ambiguous reading
+        return local.replace(tzinfo=None)
+    first = local.replace(tzinfo=None).replace(tzinfo=tz, fold=0)
+    change = _offset_change(first.astimezone(UTC), instant.astimezone(UTC), tz)
+    return (change + first.utcoffset()).replace(tzinfo=None)
+
+
+def instant_of(ts: datetime, tz: ZoneInfo) -> datetime:
+    """The real instant a naive wall-clock value stands for: the first of two in a repeated
+    hour; for a value in a skipped hour, the instant just as far past the hour before the
+    gap (so it falls in the window before the gap, as `edge_reading` has it)."""
+    aware = ts.replace(tzinfo=tz, fold=0)
+    if aware.astimezone(UTC).astimezone(tz).replace(tzinfo=None) != ts:  # in a gap
+        aware = ts.replace(tzinfo=tz, fold=1)
+    return aware
+
+
+#: Longer than any step back of a clock (one hour in most zones, 30 minutes on Lord Howe).
+_LOOKAHEAD = timedelta(hours=3)
+
+
+def lowest_reading_from(instant: datetime, tz: ZoneInfo) -> datetime:
+    """The lowest wall-clock reading from `instant` (aware) on: the reading itself, except in
+    the first occurrence of a repeated hour, where the clocks will go back to the start of
+    it. A bound on wall-clock cursors must not pass that, or rows written in the second
+    occurrence land below a cursor that already passed them."""
+    here = instant.astimezone(tz)
+    ahead = (instant + _LOOKAHEAD).astimezone(tz)
+    reading = here.replace(tzinfo=None)
+    if ahead.utcoffset() >= here.utcoffset():
+        return reading  # the clocks do not go back in the next hours
+    change = _offset_change(instant.astimezone(UTC), (instant + _LOOKAHEAD).astimezone(UTC), tz)
+    return min(reading, (change + ahead.utcoffset()).replace(tzinfo=None))

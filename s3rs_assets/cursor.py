@@ -26,7 +26,7 @@ from typing import Any
 from pymysql.converters import escape_item
 
 from s3rs_assets.identifiers import mysql_quote
-from s3rs_assets.watermark import Position
+from s3rs_assets.watermark import Position, encode_key_value
 
 
 def literal(value: Any) -> str:
@@ -39,6 +39,9 @@ def literal(value: Any) -> str:
         return "1" if value else "0"
     if isinstance(value, int | Decimal):
         return str(value)
+    if isinstance(value, bytes | bytearray):
+        # a hex literal is a binary string: compared byte by byte, like BINARY/VARBINARY keys
+        return f"X'{bytes(value).hex()}'"
     return escape_item(value, "utf8mb4")
 
 
@@ -117,5 +120,6 @@ def position_token(pos: Position) -> str:
         return f"{ts}_start"
     if all(isinstance(v, int) and v >= 0 for v in pos.pk):
         return f"{ts}_" + "-".join(str(v) for v in pos.pk)
-    digest = hashlib.sha1(json.dumps(pos.pk, default=str).encode()).hexdigest()[:16]
+    text = json.dumps([encode_key_value(v) for v in pos.pk], default=str)
+    digest = hashlib.sha1(text.encode()).hexdigest()[:16]
     return f"{ts}_h{digest}"

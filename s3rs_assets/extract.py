@@ -28,17 +28,25 @@ from s3rs_assets.source import SourceTable
 from s3rs_assets.types import arrow_schema
 from s3rs_assets.watermark import FileEntry, Position
 
-MANIFEST_SCHEMA = pa.schema(
-    [
-        ("part", pa.int32()),
-        ("key", pa.string()),
-        ("rows", pa.int64()),
-        ("bytes", pa.int64()),
-        ("md5", pa.string()),
-        ("cursor_min", pa.timestamp("us")),
-        ("cursor_max", pa.timestamp("us")),
-    ]
-)
+
+def manifest_schema(cursor_date: bool = False) -> pa.Schema:
+    """One manifest row per object written; the cursor range has the cursor's own type (a
+    DATE cursor's is date32: a timestamp field refuses dates)."""
+    cursor = pa.date32() if cursor_date else pa.timestamp("us")
+    return pa.schema(
+        [
+            ("part", pa.int32()),
+            ("key", pa.string()),
+            ("rows", pa.int64()),
+            ("bytes", pa.int64()),
+            ("md5", pa.string()),
+            ("cursor_min", cursor),
+            ("cursor_max", cursor),
+        ]
+    )
+
+
+MANIFEST_SCHEMA = manifest_schema()
 FETCH_SIZE = 10_000
 #: How a Spark task reads its sub-range: connectorx (Rust, to Arrow) or Spark's JDBC source.
 READERS = ("connectorx", "jdbc")
@@ -57,6 +65,7 @@ class WriteSpec:
     source_url: str = ""  # connectorx: mysql:// URL incl. password: never logged
     select: str = ""  # connectorx: "SELECT ... FROM ... WHERE " to which a predicate is added
     session_setup: tuple[str, ...] = ()  # connectorx: run first on its connection (clock.py)
+    cursor_date: bool = False  # a DATE cursor: the manifest's cursor range is date32
 
 
 def _client(cfg: dict[str, Any]) -> Any:
@@ -113,7 +122,7 @@ def store_object(
             "cursor_min": [pc.min(cursor).as_py()],
             "cursor_max": [pc.max(cursor).as_py()],
         },
-        schema=MANIFEST_SCHEMA,
+        schema=manifest_schema(spec.cursor_date),
     )
 
 
@@ -227,6 +236,7 @@ class Extractor:
             cursor=self.src.cursor,
             s3=self.s3.task_config(),
             keys=tuple(self.object_key(i.partition_key, i.rows.start) for i in items),
+            cursor_date=self.src.cursor_is_date,
         )
         if self.reader == "connectorx":
             spec = replace(
@@ -243,7 +253,8 @@ class Extractor:
             # task reads several small items with one S3 client when there are many
             slices = max(1, min(len(items), self.parallelism))
             ranges = self.spark.range(0, len(items), 1, slices)
-            manifest = ranges.mapInArrow(connectorx_task(spec), _spark_manifest_schema()).collect()
+            out = _spark_manifest_schema(spec.cursor_date)
+            manifest = ranges.mapInArrow(connectorx_task(spec), out).collect()
         else:
             props = dict(self.mysql.jdbc_properties())
             props["fetchsize"] = str(FETCH_SIZE)
@@ -251,7 +262,8 @@ class Extractor:
             df = self.spark.read.jdbc(
                 self.mysql.jdbc_url(), subquery, predicates=predicates, properties=props
             )
-            manifest = df.mapInArrow(jdbc_task(spec), _spark_manifest_schema()).collect()
+            out = _spark_manifest_schema(spec.cursor_date)
+            manifest = df.mapInArrow(jdbc_task(spec), out).collect()
         files: list[FileEntry | None] = [None] * len(items)
         for r in manifest:
             files[r["part"]] = FileEntry(
@@ -321,8 +333,10 @@ def check_utc(session: Any, why: str = "") -> None:
         )
 
 
-def _spark_manifest_schema() -> Any:
+def _spark_manifest_schema(cursor_date: bool) -> Any:
+    """`manifest_schema` as Spark types (DATE cursors: DateType)."""
     from pyspark.sql.types import (
+        DateType,
         IntegerType,
         LongType,
         StringType,
@@ -331,6 +345,7 @@ def _spark_manifest_schema() -> Any:
         TimestampNTZType,
     )
 
+    cursor = DateType() if cursor_date else TimestampNTZType()
     return StructType(
         [
             StructField("part", IntegerType()),
@@ -338,7 +353,7 @@ def _spark_manifest_schema() -> Any:
             StructField("rows", LongType()),
             StructField("bytes", LongType()),
             StructField("md5", StringType()),
-            StructField("cursor_min", TimestampNTZType()),
-            StructField("cursor_max", TimestampNTZType()),
+            StructField("cursor_min", cursor),
+            StructField("cursor_max", cursor),
         ]
     )

@@ -175,7 +175,7 @@ def prepare(
         with mysql.connection() as conn:
             src = describe(conn, table)
             check_clock(conn, src)  # a zone mismatch stops here, before any probe or write
-            bound = safety_bound(conn, table.lag).upper
+            bound = safety_bound(conn, table.lag, whole_days=src.cursor_is_date).upper
             found = scan(conn, src, record, windows(partitions_def(table)), bound)
         if found.empty:
             close_empty(store, table.name, found.empty)

@@ -604,7 +604,7 @@ def _check_table(
     conn: Any, store: WatermarkStore, cfg: TableConfig
 ) -> tuple[list[dg.RunRequest], str]:
     src = describe(conn, cfg)
-    bound = safety_bound(conn, cfg.lag)
+    bound = safety_bound(conn, cfg.lag, whole_days=src.cursor_is_date)
     record = store.read(cfg.name, now=bound.server_now)
     result = find_new_data(conn, cfg, src, record, bound)
     where = f"below the safety bound {iso(bound.upper)}"

@@ -9,18 +9,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, time, timedelta
 from typing import Any
 
 import pymysql
 
 from s3rs_assets.clock import (
-    bound_wall_clock,
     is_utc,
+    lowest_reading_from,
     offsets,
     sample_instants,
     source_timezone,
     wall_clock,
+    zone,
 )
 from s3rs_assets.config import TableConfig
 from s3rs_assets.cursor import ChunkPlan, KeyColumns, SubRange, after, below, literal
@@ -46,6 +47,11 @@ class SourceTable:
     @property
     def keys(self) -> KeyColumns:
         return KeyColumns(self.cursor, self.primary_key)
+
+    @property
+    def cursor_is_date(self) -> bool:
+        """A DATE cursor: its values are whole days, so the safety bound is too."""
+        return any(c.name == self.cursor and c.data_type == "date" for c in self.columns)
 
     @property
     def qualified(self) -> str:
@@ -302,9 +308,13 @@ def blockers(conn: pymysql.connections.Connection) -> list[Blocker]:
     return found
 
 
-def safety_bound(conn: pymysql.connections.Connection, lag: timedelta) -> SafetyBound:
-    """The earliest of MySQL's clock less `lag` and the start of every transaction or statement that
-    may still commit rows stamped before now (`blockers`).
+def safety_bound(
+    conn: pymysql.connections.Connection, lag: timedelta, *, whole_days: bool = False
+) -> SafetyBound:
+    """The earliest of MySQL's clock less `lag` and the start of every transaction or
+    statement that may still commit rows stamped before now (`blockers`); with `whole_days`
+    (a DATE cursor) rounded down to the start of that day, since a row written later today
+    carries today's date: today's rows are read once the day is over, never half of them.
 
     What it protects: cursor values MySQL stamps itself (NOW(), CURRENT_TIMESTAMP, ON UPDATE
     CURRENT_TIMESTAMP) by transactions and statements on this server. What it cannot: values
@@ -333,7 +343,13 @@ def safety_bound(conn: pymysql.connections.Connection, lag: timedelta) -> Safety
         upper_utc = oldest.started
     # Instants (UTC) become the cursor's wall-clock values of S3RS_SOURCE_TIMEZONE here.
     found = [Blocker(b.thread_id, wall_clock(b.started), b.why) for b in found]
-    now, upper = wall_clock(now_utc), bound_wall_clock(upper_utc)
+    now = wall_clock(now_utc)
+    upper = lowest_reading_from(upper_utc.replace(tzinfo=UTC), zone())
+    if not held and upper < wall_clock(upper_utc):
+        note = (
+            "held at the start of the hour the clocks repeat (daylight saving) until its "
+            "second occurrence is over"
+        )
     if held:
         oldest = next(b for b in found if b.thread_id == oldest.thread_id and b.why == oldest.why)
         note = (
@@ -343,6 +359,13 @@ def safety_bound(conn: pymysql.connections.Connection, lag: timedelta) -> Safety
             else f"held back by a {oldest.why} (MySQL thread {oldest.thread_id}) started at "
             f"{oldest.started.isoformat()}"
         )
+    if whole_days:
+        day = datetime.combine(upper.date(), time.min)
+        if day < upper:
+            upper = day
+            note = "; ".join(
+                n for n in (note, "rounded down to the start of the day (DATE cursor)") if n
+            )
     return SafetyBound(now, upper, lag, readable, tuple(found), note)
 
 

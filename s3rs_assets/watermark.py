@@ -30,7 +30,15 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    ValidationError,
+    field_serializer,
+    field_validator,
+)
 
 from s3rs_assets.errors import WatermarkError
 
@@ -55,17 +63,55 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="ignore", validate_assignment=True)
 
 
+#: The tag of a key value JSON cannot hold as text: BINARY/VARBINARY keys (UUIDs in
+#: BINARY(16)) are written `{"$hex": "00ff..."}` and read back as bytes.
+BYTES_TAG = "$hex"
+
+
+def encode_key_value(value: Any) -> Any:
+    """A primary-key value as the record's JSON holds it (bytes tagged, hex-encoded)."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return {BYTES_TAG: bytes(value).hex()}
+    return value
+
+
+def decode_key_value(value: Any) -> Any:
+    """The inverse of `encode_key_value`: tagged hex back to the bytes MySQL compares."""
+    if isinstance(value, dict) and set(value) == {BYTES_TAG}:
+        try:
+            return bytes.fromhex(value[BYTES_TAG])
+        except (TypeError, ValueError):
+            raise ValueError(f"{BYTES_TAG} key value is not hexadecimal") from None
+    return value
+
+
+def _show(value: Any) -> str:
+    return f"0x{bytes(value).hex()}" if isinstance(value, bytes | bytearray) else str(value)
+
+
 class Position(_Model):
-    """A (cursor, primary key) tuple; `pk` None means "before every row at `c`"."""
+    """A (cursor, primary key) tuple; `pk` None means "before every row at `c`".
+
+    Key values are what MySQL returns (int, str, Decimal, bytes, ...); in JSON a bytes value
+    is tagged and hex-encoded (`encode_key_value`), since a BINARY key is rarely UTF-8."""
 
     c: datetime
     pk: list[Any] | None = None
+
+    @field_validator("pk", mode="before")
+    @classmethod
+    def _decode_pk(cls, value: Any) -> Any:
+        return [decode_key_value(v) for v in value] if isinstance(value, list) else value
+
+    @field_serializer("pk", when_used="json")
+    def _encode_pk(self, pk: list[Any] | None) -> list[Any] | None:
+        return None if pk is None else [encode_key_value(v) for v in pk]
 
     def key(self) -> tuple:
         return (self.c, tuple(self.pk) if self.pk is not None else ())
 
     def __str__(self) -> str:
-        pk = "start" if self.pk is None else ",".join(str(v) for v in self.pk)
+        pk = "start" if self.pk is None else ",".join(_show(v) for v in self.pk)
         return f"({iso(self.c)}, {pk})"
 
 
@@ -229,12 +275,16 @@ class WatermarkRecord(_Model):
         state = self.partitions.get(key)
         if state is not None:
             return state.status == "complete"
-        return self.closed_range(start, end) is not None
+        # a window of no wall-clock time (the second of a repeated hour) holds no row
+        return start >= end or self.closed_range(start, end) is not None
 
     def close_empty(self, key: str, start: datetime, end: datetime) -> None:
         """Partition `key` is complete and holds no row: fold it into the closed ranges
-        (merging neighbours) instead of keeping an entry for it."""
+        (merging neighbours) instead of keeping an entry for it. A window of no wall-clock
+        time needs no range: `is_complete` knows it is."""
         self.partitions.pop(key, None)
+        if start >= end:
+            return
         ranges = [r for r in self.closed if not (start <= r.start and r.end <= end)]
         ranges.append(ClosedRange(start=start, end=end))
         ranges.sort(key=lambda r: r.start)
@@ -310,7 +360,8 @@ class WatermarkRecord(_Model):
 
         Raises WatermarkError naming the table and the problem when: the schema version is
         not this s3rs's; a count is negative; `s3_file_count` or `mysql_rows_extracted`
-        differ from what the partition manifests sum to; a partition window is empty; or,
+        differ from what the partition manifests sum to; a partition window ends before it
+        starts; or,
         given the source clock `now` (naive, source time zone), a cursor is later than
         `now + FUTURE_TOLERANCE`. Returns self.
         """
@@ -328,9 +379,10 @@ class WatermarkRecord(_Model):
             if not isinstance(value, int) or value < 0:
                 raise WatermarkError(f"{who}: {name} is {value!r}, must be a count >= 0")
         for key, part in self.partitions.items():
-            if part.window_start >= part.window_end:
+            # equal ends are the second of a repeated autumn hour (partitions.py)
+            if part.window_start > part.window_end:
                 raise WatermarkError(
-                    f"{who}: partition {key!r} has an empty window "
+                    f"{who}: partition {key!r} has a window that ends before it starts "
                     f"[{iso(part.window_start)}, {iso(part.window_end)})"
                 )
         last_end: datetime | None = None

@@ -160,18 +160,3 @@ def test_dst_source_zone_end_to_end(mysql_db, mysql_conn, mysql_url, pg_url, s3_
         got = c.execute('SELECT id, update_at, ts FROM "dw_tz"."tz_dst" ORDER BY id').fetchall()
     assert [tuple(r) for r in got] == NY_ROWS
     assert set(rec.partitions) == {"2025-03-09", "2025-11-02"}
-
-
-def test_bound_wall_clock_holds_back_through_the_repeated_hour():
-    from s3rs_assets.clock import bound_wall_clock, wall_clock
-
-    ny = "America/New_York"
-    # 05:45 UTC = 01:45 EDT; at 06:00 UTC the clocks go back to 01:00 EST: rows written
-    # later carry 01:00..01:45 again, so the bound is 00:45, not 01:45
-    at = datetime(2025, 11, 2, 5, 45)
-    assert wall_clock(at, ny) == datetime(2025, 11, 2, 1, 45)
-    assert bound_wall_clock(at, ny) == datetime(2025, 11, 2, 0, 45)
-    # spring forward loses an hour of wall clock: nothing to hold back
-    spring = datetime(2025, 3, 9, 6, 30)  # 01:30 EST, 02:00 jumps to 03:00
-    assert bound_wall_clock(spring, ny) == wall_clock(spring, ny) == datetime(2025, 3, 9, 1, 30)
-    assert bound_wall_clock(at, "UTC") == at

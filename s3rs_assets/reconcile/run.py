@@ -202,6 +202,7 @@ class _Pass:
     integer_key: bool
     record: WatermarkRecord
     soft_col: bool  # the warehouse table has DELETED_AT
+    date_cursor: bool  # the bound is rounded down to whole days
     timings: dict[str, float] = field(default_factory=dict)
 
     def ensure_deleted_at(self) -> None:
@@ -249,7 +250,9 @@ def _validate(
             "that MySQL has: the next load adds them; run a sync first"
         )
     soft_col = _fold(DELETED_AT, warehouse.dialect) in have
-    return _Pass(table, warehouse, store, target, integer_key, record, soft_col)
+    return _Pass(
+        table, warehouse, store, target, integer_key, record, soft_col, src.cursor_is_date
+    )
 
 
 def _finish_pending(
@@ -285,7 +288,7 @@ def _diff(
     t1 = time.monotonic()
     table, target = p.table, p.target
     with mysql.connect() as conn:
-        bound = safety_bound(conn, table.lag).upper
+        bound = safety_bound(conn, table.lag, whole_days=p.date_cursor).upper
     mside = TableSQL("mysql", table.schema, table.table, target, options.columns)
     wside = TableSQL(
         p.warehouse.dialect, target.schema, target.table, target, options.columns, p.soft_col
