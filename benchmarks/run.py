@@ -29,7 +29,7 @@ import warnings
 from contextlib import suppress
 from pathlib import Path
 
-from benchmarks import suite_core
+from benchmarks import suite_core, suite_decimal, suite_reconcile, suite_shape
 from benchmarks.context import Ctx
 from benchmarks.harness import machine_info, print_report, say, uptime, write_json
 from benchmarks.memory import MemSampler
@@ -37,6 +37,9 @@ from benchmarks.services import bucket, dagster_home, drop_pg, mysql_base, pg_ba
 
 SUITES = {
     "core": suite_core.run,
+    "decimal": suite_decimal.run,
+    "shape": suite_shape.run,
+    "reconcile": suite_reconcile.run,
 }
 STAGES = ("backup", "load", "e2e")
 
@@ -70,6 +73,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     more.add_argument("--small-tables", type=int, default=15)
     more.add_argument("--small-max", type=int, default=20_000, help="largest small table")
     more.add_argument("--history-years", type=int, default=20)
+    more.add_argument("--sync-timeout", type=float, default=1200.0,
+                      help="seconds before one `s3rs sync` process is killed (default 1200)")
     more.add_argument("--differences", type=int, default=100,
                       help="reconcile: differences injected (40%% deleted, 30%% edited, "
                       "20%% inserted with an old cursor, 10%% cursor moved back)")

@@ -8,6 +8,7 @@ the MySQL schema, PostgreSQL database and PostgreSQL schema `s3rs_bench`.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -28,7 +29,11 @@ from s3rs_assets.source import describe
 from s3rs_assets.types import column_type
 
 REPO = Path(__file__).resolve().parent.parent
-SCHEMA = "s3rs_bench"  # MySQL schema, PostgreSQL database and schema
+#: MySQL schema, PostgreSQL database and schema of every suite (S3RS_BENCH_SCHEMA: the smoke
+#: test uses a throwaway one, so it never touches a real run's tables).
+SCHEMA = os.environ.get("S3RS_BENCH_SCHEMA") or "s3rs_bench"
+if not re.fullmatch(r"[a-z_][a-z0-9_]{0,40}", SCHEMA):
+    raise SystemExit(f"bench: S3RS_BENCH_SCHEMA={SCHEMA!r} is not a plain lower-case name")
 
 
 def mysql_base() -> DatabaseURL:
