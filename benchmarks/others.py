@@ -57,18 +57,26 @@ def run_dlt(mysql: DatabaseURL, pg: DatabaseURL, table: str) -> dict[str, Any]:
 
 
 def run_reladiff(mysql: DatabaseURL, pg: DatabaseURL, table: str, key: str, cursor: str,
-                 columns: tuple[str, ...] = ()) -> dict[str, Any]:
+                 columns: tuple[str, ...] = (), pg_schema: str = "") -> dict[str, Any]:
     """reladiff between `s3rs_bench.<table>` in MySQL and in PostgreSQL, keyed on `key`
     (bisection with checksums in both databases); counts per kind, like s3rs reconcile."""
     import reladiff  # optional: only in .venv-bench (the `bench` extra)
 
-    mine = reladiff.connect_to_table(url_text(mysql, "mysql", SCHEMA), table, key,
-                                     update_column=cursor, extra_columns=columns)
-    theirs = reladiff.connect_to_table(url_text(pg, "postgresql", SCHEMA), (SCHEMA, table), key,
-                                       update_column=cursor, extra_columns=columns)
-    t0 = time.perf_counter()
-    diff = list(reladiff.diff_tables(mine, theirs, threaded=True, max_threadpool_size=2))
-    wall = time.perf_counter() - t0
+    # shared=False: reladiff otherwise reuses one cached MySQL connection whose REPEATABLE
+    # READ snapshot predates the changes the suite makes between two diffs
+    dbs = [reladiff.connect(url_text(mysql, "mysql", SCHEMA), thread_count=2, shared=False),
+           reladiff.connect(url_text(pg, "postgresql", SCHEMA), thread_count=2, shared=False)]
+    try:
+        mine = reladiff.connect_to_table(dbs[0], table, key, update_column=cursor,
+                                         extra_columns=columns)
+        theirs = reladiff.connect_to_table(dbs[1], (pg_schema or SCHEMA, table), key,
+                                           update_column=cursor, extra_columns=columns)
+        t0 = time.perf_counter()
+        diff = list(reladiff.diff_tables(mine, theirs, threaded=True, max_threadpool_size=2))
+        wall = time.perf_counter() - t0
+    finally:
+        for db in dbs:
+            db.close()
     sides: dict[Any, set[str]] = {}
     for sign, row in diff:
         sides.setdefault(row[0], set()).add(sign)

@@ -5,7 +5,7 @@ run alters it), copied to PostgreSQL by `s3rs sync`:
 
 1. identical tables: `count(*)` on both sides (the floor), `s3rs reconcile --json` with
    `--columns key` and `--columns all`, reladiff keyed on `id` with (a) `update_at` and
-   (b) every column it can compare;
+   (b) every column it can compare (RELADIFF_SKIP left out);
 2. --differences (100) injected, scattered over the key range: 40 % rows deleted in MySQL,
    30 % edited without touching the cursor, 20 % inserted with an old cursor value, 10 %
    whose cursor moved backwards; the same four runs, counts per kind beside the expected
@@ -28,9 +28,10 @@ from benchmarks.services import SCHEMA, ensure_pg, mysql_exec, pg_count
 from benchmarks.sync_cli import SyncEnv
 from s3rs_assets.demo_data import COLUMNS
 
-# columns reladiff compares in its "all" mode: JSON and TIME have no common normal form
-# in reladiff 0.6 between MySQL and PostgreSQL here, so they are left out (and said so)
-RELADIFF_SKIP = ("attrs", "delivery_window")
+# columns reladiff 0.6 cannot compare between MySQL and PostgreSQL here: on identical
+# copies it reports hundreds of false differences for these (JSON, non-ASCII names,
+# CR LF in text), so its "all" mode leaves them out
+RELADIFF_SKIP = ("receiver_name", "attrs", "remark")
 
 
 def share(n: int) -> dict[str, int]:

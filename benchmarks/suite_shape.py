@@ -4,7 +4,8 @@ Tables (MySQL schema s3rs_bench), synced with `s3rs sync` in fresh processes, so
 sync pays its own Spark start-up, reported separately (the backup asset's
 `spark_startup_seconds`):
 
-* `hist_<Y>y`: --history-years (20) of daily partitions, 40 rows on every 100th day;
+* `hist_<days>d`: --history-years (20; fractions allowed) of daily partitions, 40 rows
+  on every 100th day;
 * `small_01` .. `small_15` (--small-tables): 10 .. --small-max (20,000) rows, geometric,
   a composite key (region, code) and a quarter of each table's rows per timestamp;
 * `big_<rows>`: the demo shape, --rows rows dated yesterday, then an --increment
@@ -30,6 +31,10 @@ HISTORY_EVERY = 100
 HISTORY_PER_DAY = 40
 
 
+def history_days(years: float) -> int:
+    return max(1, round(365 * years))
+
+
 def small_sizes(n: int, largest: int, smallest: int = 10) -> list[int]:
     """`n` sizes from `smallest` to `largest`, evenly spread on a log scale."""
     if n == 1:
@@ -41,11 +46,10 @@ def small_sizes(n: int, largest: int, smallest: int = 10) -> list[int]:
 def seed_all(ctx: Ctx, today: date) -> dict[str, Any]:
     """Every table of the suite; their tables.yaml entries and row counts."""
     args = ctx.args
-    years = args.history_years
-    hist = f"hist_{years}y"
-    first = today - timedelta(days=365 * years)
-    rows = {hist: history_table(ctx.mysql, hist, first, 365 * years, HISTORY_EVERY,
-                                HISTORY_PER_DAY)}
+    days = history_days(args.history_years)
+    hist = f"hist_{days}d"
+    first = today - timedelta(days=days)
+    rows = {hist: history_table(ctx.mysql, hist, first, days, HISTORY_EVERY, HISTORY_PER_DAY)}
     entries = [{"name": f"{SCHEMA}.{hist}", "start": first.isoformat(), "primary_key": ["id"]}]
     smalls = []
     for i, n in enumerate(small_sizes(args.small_tables, args.small_max), start=1):

@@ -30,7 +30,7 @@ TINY = ["--rows", "1200", "--chunk-rows", "500", "--increment", "30"]
 ARGS = {
     "core": ["--no-naive", "--floor-repeat", "1"],
     "decimal": [],
-    "shape": ["--small-tables", "2", "--small-max", "40", "--history-years", "1"],
+    "shape": ["--small-tables", "2", "--small-max", "40", "--history-years", "0.1"],
     "reconcile": ["--differences", "10"],
 }
 
@@ -110,7 +110,7 @@ def test_shape(bench_schema: str, tmp_path: Path) -> None:
     assert all(s["seconds"] > 0 for s in syncs.values())
     assert syncs["hist_first"]["spark_startup_s"] > 0  # a backup ran, in a fresh Spark
     sizes = doc["record_bytes"]
-    assert set(sizes) == {"hist_1y", "small_01", "small_02", "big_1200"}
+    assert set(sizes) == {"hist_36d", "small_01", "small_02", "big_1200"}
     assert all(isinstance(v, int) and v > 0 for v in sizes.values()), sizes
     assert doc["tables"]["small_01"] == 10 and doc["tables"]["small_02"] == 40
     assert "record bytes" in stdout and "long history record:" in stdout
