@@ -156,6 +156,7 @@ SMALL_DDL = """CREATE TABLE `{schema}`.`{table}` (
 def small_table(u: DatabaseURL, table: str, rows: int, day: date) -> None:
     """A composite key (region, code); a quarter of the rows share each `update_at` (large
     ties), spread over the three days up to `day`. Always recreated (cheap)."""
+    ensure_mysql_schema(u)
     mysql_exec(u, f"DROP TABLE IF EXISTS `{table}`", SMALL_DDL.format(schema=SCHEMA, table=table))
     tie = max(1, rows // 4)
     base = datetime.combine(day - timedelta(days=2), datetime.min.time()) + timedelta(hours=6)
@@ -177,6 +178,7 @@ def history_table(u: DatabaseURL, table: str, first_day: date, days: int, every:
                   per_day: int) -> int:
     """Rows on every `every`-th day of `days` days from `first_day`, `per_day` rows on each
     (at noon, spread over a minute): a long, mostly quiet history. Returns the row count."""
+    ensure_mysql_schema(u)
     mysql_exec(u, f"DROP TABLE IF EXISTS `{table}`",
                HISTORY_DDL.format(schema=SCHEMA, table=table))
     data_days = len(range(0, days, every))
