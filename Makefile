@@ -4,7 +4,7 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
 VENV_PY := .venv/bin/python
-# Extra arguments: make demo DEMO_ARGS=--reseed ; make bench ARGS="--rows 1000000"
+# Extra arguments: make demo DEMO_ARGS=--reseed ; make bench ARGS="--suite shape"
 DEMO_ARGS ?=
 ARGS ?=
 
@@ -26,8 +26,11 @@ test: ## run the whole test suite (extra pytest args: make test ARGS="-k cursor"
 ui: setup ## Dagster UI on the demo stack: open http://127.0.0.1:3000 (Ctrl-C stops all of it)
 	@bash scripts/ui.sh
 
-bench: setup ## run the benchmarks on the local stack (ARGS="...")
-	@source scripts/env.sh && bash scripts/moto.sh start && $(VENV_PY) -m benchmarks.run $(ARGS)
+# The benchmark runs in its own .venv-bench (dlt, reladiff), never in the shared .venv.
+BENCH_PY := $(CURDIR)/.venv-bench/bin/python
+bench: setup ## run the benchmarks in .venv-bench (ARGS="--suite core|decimal|shape|reconcile|all")
+	@bash benchmarks/venv.sh && export PYSPARK_PYTHON=$(BENCH_PY) PYSPARK_DRIVER_PYTHON=$(BENCH_PY) && \
+	  source scripts/env.sh && bash scripts/moto.sh start && $(BENCH_PY) -m benchmarks.run $(ARGS)
 
 lint: ## ruff check and the import layers (lint-imports)
 	@.venv/bin/ruff check . && .venv/bin/lint-imports

@@ -1,0 +1,86 @@
+"""The other tools, timed on the same tables: dlt (connectorx -> PostgreSQL) and reladiff.
+
+Both are optional (the `bench` extra, installed only into .venv-bench): `missing()` says
+why a tool cannot run, and the suites then skip its line with that note.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+import time
+from collections import Counter
+from typing import Any
+
+from benchmarks.services import SCHEMA, pg_count, url_text
+from s3rs_assets.config import DatabaseURL
+
+
+def missing(module: str) -> str | None:
+    """None when `module` imports here, else the skip note."""
+    if importlib.util.find_spec(module) is None:
+        return (f"{module} is not installed in this environment ({os.sys.executable}): "
+                "run `bash benchmarks/venv.sh` and use .venv-bench (make bench does)")
+    return None
+
+
+def run_dlt(mysql: DatabaseURL, pg: DatabaseURL, table: str) -> dict[str, Any]:
+    """dlt's sql_table source with the connectorx backend into PostgreSQL (dataset
+    `dlt_<table>`, replace), its own pipeline directory; wall time of `pipeline.run`."""
+    import dlt  # optional: only in .venv-bench (the `bench` extra)
+    from dlt.sources.sql_database import sql_table
+
+    os.environ.setdefault("RUNTIME__DLTHUB_TELEMETRY", "false")
+    workdir = tempfile.mkdtemp(prefix="s3rs-bench-dlt-")
+    try:
+        source = sql_table(
+            credentials=url_text(mysql, "mysql+pymysql", SCHEMA),
+            table=table,
+            backend="connectorx",
+            backend_kwargs={"conn": url_text(mysql, "mysql", SCHEMA)},
+            reflection_level="full_with_precision",
+        )
+        pipeline = dlt.pipeline(
+            pipeline_name=f"bench_{table}",
+            destination=dlt.destinations.postgres(credentials=url_text(pg, "postgresql", SCHEMA)),
+            dataset_name=f"dlt_{table}",
+            pipelines_dir=workdir,
+        )
+        t0 = time.perf_counter()
+        pipeline.run(source, write_disposition="replace")
+        wall = time.perf_counter() - t0
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return {"seconds": wall, "rows_in_target": pg_count(pg, table, f"dlt_{table}")}
+
+
+def run_reladiff(mysql: DatabaseURL, pg: DatabaseURL, table: str, key: str, cursor: str,
+                 columns: tuple[str, ...] = (), pg_schema: str = "") -> dict[str, Any]:
+    """reladiff between `s3rs_bench.<table>` in MySQL and in PostgreSQL, keyed on `key`
+    (bisection with checksums in both databases); counts per kind, like s3rs reconcile."""
+    import reladiff  # optional: only in .venv-bench (the `bench` extra)
+
+    # shared=False: reladiff otherwise reuses one cached MySQL connection whose REPEATABLE
+    # READ snapshot predates the changes the suite makes between two diffs
+    dbs = [reladiff.connect(url_text(mysql, "mysql", SCHEMA), thread_count=2, shared=False),
+           reladiff.connect(url_text(pg, "postgresql", SCHEMA), thread_count=2, shared=False)]
+    try:
+        mine = reladiff.connect_to_table(dbs[0], table, key, update_column=cursor,
+                                         extra_columns=columns)
+        theirs = reladiff.connect_to_table(dbs[1], (pg_schema or SCHEMA, table), key,
+                                           update_column=cursor, extra_columns=columns)
+        t0 = time.perf_counter()
+        diff = list(reladiff.diff_tables(mine, theirs, threaded=True, max_threadpool_size=2))
+        wall = time.perf_counter() - t0
+    finally:
+        for db in dbs:
+            db.close()
+    sides: dict[Any, set[str]] = {}
+    for sign, row in diff:
+        sides.setdefault(row[0], set()).add(sign)
+    kinds = Counter(
+        "differs" if len(s) == 2 else "missing" if s == {"-"} else "extra" for s in sides.values()
+    )
+    return {"seconds": wall, "counts": dict(kinds), "total": sum(kinds.values())}

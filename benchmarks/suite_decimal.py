@@ -1,0 +1,176 @@
+"""Suite "decimal" (issue 13): a decimal-heavy settlement table, every row dated yesterday.
+
+On `s3rs_bench.dec_<rows>` (20 columns, seven DECIMAL(18,4)/(18,8), 300 rows per
+timestamp), in one run:
+
+1. the floor: `mariadb --quick --batch | sed > TSV`, then `psql \\copy` into a plain table;
+2. dlt: `sql_table(backend="connectorx")` into PostgreSQL (skipped without dlt);
+3. (a) `s3rs sync -t` in a fresh process, so with a fresh Spark, timed from outside, plus
+   the Spark start-up its backup asset recorded;
+4. (b) Spark started first (excluded), then the stages alone in this process: backup
+   (`s3_parquet` through Dagster), load (`load_files`), and a plain psycopg COPY of the
+   same parquet rows as the load's yardstick;
+5. a 1,000-row increment (--increment) stamped 30 minutes ago: `s3rs sync` again in a
+   fresh process; the increment rows are deleted afterwards so the table stays reusable.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from benchmarks import floor, others
+from benchmarks.context import Ctx
+from benchmarks.harness import Report, say
+from benchmarks.seeds import add_decimal_rows, decimal_table
+from benchmarks.services import SCHEMA, dagster_home, ensure_pg, mysql_exec, pg_checkpoint
+from benchmarks.stages import StageEnv, baseline_copy, run_backup, run_load, start_spark
+from benchmarks.sync_cli import SyncEnv
+from s3rs_assets.config import TableConfig
+
+
+def table_entry(ctx: Ctx, table: str, day: str, target: str = "") -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "name": f"{SCHEMA}.{table}", "start": day, "primary_key": ["id"],
+        "chunk_rows": ctx.args.chunk_rows, "parallelism": ctx.args.parallelism,
+        "reader": ctx.args.reader,
+    }
+    if target:
+        entry["target"] = target
+    return entry
+
+
+def floors(ctx: Ctx, rep: Report, table: str) -> float:
+    """The end-to-end floor and dlt; the floor's rows/s."""
+    rows = ctx.args.rows
+    say("==> decimal floor: mariadb --quick --batch | sed > TSV, psql \\copy")
+    fl = floor.e2e_floor(ctx.mysql, ctx.pg, table)
+    rep.details["floor"] = fl
+    frps = rows / fl["seconds"]
+    rep.add("e2e", "mariadb --quick > TSV, psql \\copy (floor)", rows, fl["seconds"], frps,
+            key="floor")
+    why = others.missing("dlt")
+    if why:
+        rep.notes.append(f"dlt skipped: {why}")
+        return frps
+    say("==> dlt: sql_table(backend=connectorx) -> postgres")
+    pg_checkpoint(ctx.pg)
+    d = others.run_dlt(ctx.mysql, ctx.pg, table)
+    rep.details["dlt"] = d
+    rep.add("e2e", "dlt 1.x, connectorx -> postgres", d["rows_in_target"], d["seconds"], frps,
+            key="dlt")
+    return frps
+
+
+def fresh_sync(ctx: Ctx, rep: Report, sync: SyncEnv, table: str, frps: float) -> None:
+    """(a) `s3rs sync` end to end in a fresh process (its own Spark)."""
+    say("==> (a) s3rs sync, fresh process and Spark")
+    pg_checkpoint(ctx.pg)
+    res = sync.sync([f"{SCHEMA}.{table}"])
+    rep.details["sync_fresh"] = {"seconds": res.seconds, "runs": res.runs}
+    rows = ctx.args.rows
+    rep.add("e2e", "s3rs sync (fresh process, fresh Spark)", rows, res.seconds, frps,
+            key="sync_fresh")
+    rep.add("e2e", "  same, minus Spark start-up", rows, res.seconds - res.spark_startup, frps,
+            key="sync_fresh_nospark")
+    rep.summary.append(
+        f"(a) s3rs sync {res.seconds:.1f} s = Dagster runs {res.runs_seconds:.1f} s (Spark "
+        f"start-up {res.spark_startup:.1f} s inside) + process, imports, planning "
+        f"{res.seconds - res.runs_seconds:.1f} s"
+    )
+
+
+def warm_stages(ctx: Ctx, rep: Report, table: str, day: str, frps: float) -> None:
+    """(b) Spark started first; backup and load timed separately; psycopg COPY beside."""
+    say("==> (b) Spark started first, then the backup and load stages in process")
+    spark, session, spark_s = start_spark(ctx.mem)
+    env = StageEnv(ctx.mysql, ctx.pg, ctx.bucket, spark, prefix="dec-b",
+                   log_level=ctx.args.dagster_log_level)
+    cfg = TableConfig.from_dict(table_entry(ctx, table, day, f"{SCHEMA}.{table}_b"))
+    try:
+        backup = run_backup(env, cfg, day, ctx.mem)
+    finally:
+        session.stop()
+    b = backup["result"]
+    pg_checkpoint(ctx.pg)
+    ld = run_load(env, backup, day)
+    pg_checkpoint(ctx.pg)
+    base = baseline_copy(ctx.pg, ctx.mysql, backup)
+    rep.details.update(spark_start_s=spark_s, backup=b, load=ld, copy_baseline=base)
+    rows = b["rows"]
+    rep.add("backup", "s3rs s3_parquet (Spark up)", rows, b["run_wall_s"], frps, key="backup")
+    rep.add("load", "s3rs load_files: COPY + merge + ledger", rows, ld["seconds"], frps,
+            key="load")
+    rep.add("load", "psycopg COPY of the same parquet rows", rows, base["seconds"], frps,
+            key="copy")
+    rep.add("e2e", "s3rs backup + load (Spark up, start excluded)", rows,
+            b["run_wall_s"] + ld["seconds"], frps, key="stages")
+    rep.summary.append(
+        f"(b) Spark start-up {spark_s:.1f} s (excluded); backup {b['run_wall_s']:.1f} s "
+        f"(asset {b['asset_s']:.1f} s: plan {b['plan_s']:.1f}, read+write "
+        f"{b['read_write_s']:.1f}, checkpoints {b['checkpoint_s']:.1f} s over "
+        f"{len(b['chunks'])} chunks); load {ld['seconds']:.1f} s (COPY "
+        f"{ld.get('copy_seconds', 0):.1f} s, merge {ld.get('merge_seconds', 0):.1f} s)"
+    )
+
+
+def increment(ctx: Ctx, rep: Report, sync: SyncEnv, table: str) -> None:
+    """`--increment` new rows stamped 30 minutes ago, then `s3rs sync` in a fresh process."""
+    n, rows = ctx.args.increment, ctx.args.rows
+    at = (datetime.now(UTC) - timedelta(minutes=30)).replace(tzinfo=None, microsecond=0)
+    say(f"==> increment: {n:,} rows at {at:%H:%M:%S}, s3rs sync (fresh process)")
+    add_decimal_rows(ctx.mysql, table, rows + 1, n, at)
+    try:
+        res = sync.sync([f"{SCHEMA}.{table}"])
+    finally:
+        mysql_exec(ctx.mysql, f"DELETE FROM `{table}` WHERE id > {rows}")
+    rep.details["increment"] = {"rows": n, "seconds": res.seconds, "runs": res.runs}
+    rep.add("incr", f"s3rs sync of {n:,} new rows (fresh process)", n, res.seconds,
+            key="increment")
+    rep.add("incr", "  its Dagster run(s) only", n, res.runs_seconds, key="increment_runs")
+    rep.summary.append(
+        f"increment: {res.seconds:.1f} s wall, runs {res.runs_seconds:.1f} s, Spark start-up "
+        f"{res.spark_startup:.1f} s (target with a running Spark Connect server: <= 5 s)"
+    )
+
+
+def run(ctx: Ctx) -> Report:
+    rep = Report("decimal")
+    day = (datetime.now(UTC) - timedelta(days=1)).date()
+    seeded = decimal_table(ctx.mysql, ctx.args.rows, day)
+    table = seeded["table"]
+    rep.details["seed"] = seeded
+    say(f"==> decimal: table {SCHEMA}.{table} ({ctx.args.rows:,} rows on {day})")
+    ensure_pg(ctx.pg)
+    frps = floors(ctx, rep, table)
+    sync = SyncEnv(ctx.mysql, ctx.pg, ctx.bucket, "dec-a",
+                   [table_entry(ctx, table, day.isoformat())])
+    fresh_sync(ctx, rep, sync, table, frps)
+    with dagster_home():  # its own instance: no event-log recovery from (a)'s runs
+        warm_stages(ctx, rep, table, day.isoformat(), frps)
+    increment(ctx, rep, sync, table)
+    rep.summary.extend(targets(rep))
+    return rep
+
+
+def targets(rep: Report) -> list[str]:
+    """Issue 13's targets, met or not, from the lines above."""
+    out = []
+
+    def ratio(a: str, b: str) -> float | None:
+        la, lb = rep.line(a), rep.line(b)
+        if la and lb and la.rows_per_s and lb.rows_per_s:
+            return la.rows_per_s / lb.rows_per_s
+        return None
+
+    for what, a, b, goal in (
+        ("end to end (Spark start excluded) vs floor", "stages", "floor", 0.6),
+        ("s3rs sync wall minus Spark start (no Spark Connect yet) vs floor",
+         "sync_fresh_nospark", "floor", 0.45),
+        ("end to end (Spark start excluded) vs dlt", "stages", "dlt", 3.0),
+        ("load stage vs psycopg COPY", "load", "copy", 1.0),
+    ):
+        r = ratio(a, b)
+        if r is not None:
+            out.append(f"{what}: {r:.2f}x (target >= {goal}: {'met' if r >= goal else 'NOT met'})")
+    return out

@@ -1,0 +1,184 @@
+"""Suite "reconcile" (issue 10): `s3rs reconcile` against `count(*)` and reladiff.
+
+On `s3rs_bench.rc_<rows>` (the demo shape, dated yesterday, re-seeded each run since the
+run alters it), copied to PostgreSQL by `s3rs sync`:
+
+1. identical tables: `count(*)` on both sides (the floor), `s3rs reconcile --json` with
+   `--columns key` and `--columns all`, reladiff keyed on `id` with (a) `update_at` and
+   (b) every column it can compare (RELADIFF_SKIP left out);
+2. --differences (100) injected, scattered over the key range: 40 % rows deleted in MySQL,
+   30 % edited without touching the cursor, 20 % inserted with an old cursor value, 10 %
+   whose cursor moved backwards; the same four runs, counts per kind beside the expected
+   ones (the key mode cannot see edits that kept the cursor: by design);
+3. `s3rs reconcile --apply --columns all`, then a second reconcile: it should find 0.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from benchmarks import others
+from benchmarks.context import Ctx
+from benchmarks.harness import Report, say, timed
+from benchmarks.seeds import add_demo_rows, demo_table
+from benchmarks.services import SCHEMA, ensure_pg, mysql_exec, pg_count
+from benchmarks.sync_cli import SyncEnv
+from s3rs_assets.demo_data import COLUMNS
+
+# columns reladiff 0.6 cannot compare between MySQL and PostgreSQL here: on identical
+# copies it reports hundreds of false differences for these (JSON, non-ASCII names,
+# CR LF in text), so its "all" mode leaves them out
+RELADIFF_SKIP = ("receiver_name", "attrs", "remark")
+
+
+def share(n: int) -> dict[str, int]:
+    """The split of `n` injected differences into the four kinds."""
+    deleted, edited, inserted = n * 4 // 10, n * 3 // 10, n * 2 // 10
+    return {"deleted": deleted, "edited": edited, "inserted": inserted,
+            "moved_back": n - deleted - edited - inserted}
+
+
+def inject(ctx: Ctx, table: str, rows: int, end: datetime) -> dict[str, int]:
+    """Scattered differences in MySQL; the warehouse keeps the synced copy."""
+    k = share(ctx.args.differences)
+    total = k["deleted"] + k["edited"] + k["moved_back"]
+    ids = [1 + i * (rows - 1) // max(1, total) for i in range(total)]
+    dele, edit, back = (ids[: k["deleted"]], ids[k["deleted"]: k["deleted"] + k["edited"]],
+                        ids[k["deleted"] + k["edited"]:])
+    in_list = lambda xs: ", ".join(map(str, xs)) or "NULL"  # noqa: E731
+    mysql_exec(
+        ctx.mysql,
+        f"DELETE FROM `{table}` WHERE id IN ({in_list(dele)})",
+        f"UPDATE `{table}` SET quantity = quantity + 1 WHERE id IN ({in_list(edit)})",
+        f"UPDATE `{table}` SET update_at = update_at - INTERVAL 1 HOUR "
+        f"WHERE id IN ({in_list(back)})",
+    )
+    if k["inserted"]:  # old cursor values: inside the synced, complete partition
+        add_demo_rows(ctx.mysql, table, rows + 1, k["inserted"], end - timedelta(hours=10))
+    return k
+
+
+def expected(k: dict[str, int], columns: str) -> dict[str, int]:
+    differs = k["moved_back"] + (k["edited"] if columns == "all" else 0)
+    return {"missing": k["inserted"], "extra": k["deleted"], "differs": differs}
+
+
+def s3rs_reconcile(sync: SyncEnv, name: str, columns: str, *extra: str) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    proc = sync.cli("reconcile", "-t", name, "--columns", columns, "--json", *extra,
+                    check=False)
+    wall = time.perf_counter() - t0
+    text = proc.output
+    try:  # the JSON document, after any warning lines
+        doc = json.loads(text[text.index('{\n  "version"'):])
+    except ValueError:
+        raise SystemExit(f"bench: s3rs reconcile gave no JSON (exit {proc.returncode}):\n"
+                         f"{text[-2000:]}") from None
+    return {"seconds": wall, "counts": doc.get("counts", {}),
+            "total": doc.get("total_differences"), "timings": doc.get("timings")}
+
+
+def reladiff_modes(ctx: Ctx, table: str) -> dict[str, dict[str, Any]]:
+    """reladiff keyed on id: (id, update_at), then every comparable column."""
+    if others.missing("reladiff"):
+        return {}
+    cols = tuple(c for c in COLUMNS if c not in ("id", "update_at", *RELADIFF_SKIP))
+    out: dict[str, dict[str, Any]] = {}
+    for mode, extra in (("key", ()), ("all", cols)):
+        try:
+            out[mode] = others.run_reladiff(ctx.mysql, ctx.pg, table, "id", "update_at", extra)
+        except Exception as e:  # reladiff's own limits: reported, not fatal
+            out[mode] = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
+    return out
+
+
+def compare_round(ctx: Ctx, rep: Report, sync: SyncEnv, table: str, label: str,
+                  rows: int) -> dict[str, Any]:
+    """s3rs reconcile in both modes and reladiff in both, one line each."""
+    name = f"{SCHEMA}.{table}"
+    found: dict[str, Any] = {}
+    for mode in ("key", "all"):
+        say(f"==> reconcile ({label}): s3rs reconcile --columns {mode}")
+        r = s3rs_reconcile(sync, name, mode)
+        found[f"s3rs_{mode}"] = r
+        rep.add(label, f"s3rs reconcile --columns {mode}: {r['total']} found", rows,
+                r["seconds"], key=f"{label}_s3rs_{mode}")
+    why = others.missing("reladiff")
+    if why and f"reladiff skipped: {why}" not in rep.notes:
+        rep.notes.append(f"reladiff skipped: {why}")
+    say(f"==> reconcile ({label}): reladiff")
+    for mode, r in reladiff_modes(ctx, table).items():
+        found[f"reladiff_{mode}"] = r
+        what = r.get("error") or f"{r['total']} found"
+        rep.add(label, f"reladiff ({mode}): {what}"[:70], rows, r.get("seconds"),
+                key=f"{label}_reladiff_{mode}")
+    return found
+
+
+def counts_floor(ctx: Ctx, rep: Report, table: str, rows: int) -> float:
+    with timed() as t_my:
+        mysql_exec(ctx.mysql, f"SELECT COUNT(*) FROM `{table}`")
+    with timed() as t_pg:
+        pg_count(ctx.pg, table)
+    both = t_my["s"] + t_pg["s"]
+    rep.add("floor", "count(*) in MySQL + in PostgreSQL", rows, both, key="count")
+    rep.details["count_seconds"] = {"mysql": t_my["s"], "postgres": t_pg["s"]}
+    return both
+
+
+def run(ctx: Ctx) -> Report:
+    rep = Report("reconcile")
+    rows = ctx.args.rows
+    day = (datetime.now(UTC) - timedelta(days=1)).date()
+    end = datetime.combine(day, datetime.min.time()) + timedelta(hours=22)
+    table = f"rc_{rows}"
+    rep.details["seed"] = demo_table(ctx.mysql, table, rows, end)
+    ensure_pg(ctx.pg)
+    sync = SyncEnv(ctx.mysql, ctx.pg, ctx.bucket, "rc",
+                   [{"name": f"{SCHEMA}.{table}", "start": day.isoformat(),
+                     "primary_key": ["id"], "chunk_rows": ctx.args.chunk_rows}])
+    say(f"==> reconcile: copy {SCHEMA}.{table} ({rows:,} rows) to PostgreSQL with s3rs sync")
+    setup = sync.sync([f"{SCHEMA}.{table}"])
+    rep.add("setup", "s3rs sync (fresh process)", rows, setup.seconds, key="setup")
+    floor_s = counts_floor(ctx, rep, table, rows)
+    same = compare_round(ctx, rep, sync, table, "same", rows)
+    kinds = inject(ctx, table, rows, end)
+    found = compare_round(ctx, rep, sync, table, "diff", rows)
+    say("==> reconcile: --apply, then again")
+    applied = s3rs_reconcile(sync, f"{SCHEMA}.{table}", "all", "--apply")
+    again = s3rs_reconcile(sync, f"{SCHEMA}.{table}", "all")
+    rep.add("repair", "s3rs reconcile --apply --columns all", rows, applied["seconds"],
+            key="apply")
+    rep.add("repair", f"s3rs reconcile after --apply: {again['total']} found", rows,
+            again["seconds"], key="after_apply")
+    rep.details.update(identical=same, injected=kinds, found=found, applied=applied,
+                       after_apply=again)
+    rep.summary.extend(summary(kinds, same, found, floor_s, again))
+    return rep
+
+
+def summary(kinds: dict[str, int], same: dict, found: dict, floor_s: float,
+            again: dict) -> list[str]:
+    out = [f"injected: {kinds}"]
+    for mode in ("key", "all"):
+        got = {k: v for k, v in found[f"s3rs_{mode}"]["counts"].items() if v}
+        want = {k: v for k, v in expected(kinds, mode).items() if v}
+        out.append(f"s3rs --columns {mode}: found {got}, expected {want} "
+                   f"({'exact' if got == want else 'NOT exact'})")
+        rd = found.get(f"reladiff_{mode}")
+        if rd:
+            out.append(f"reladiff ({mode}): {rd.get('error') or rd['counts']}")
+            if "seconds" in rd:
+                s = found[f"s3rs_{mode}"]["seconds"]
+                ok = "met" if s <= rd["seconds"] else "NOT met"
+                out.append(f"  s3rs {s:.1f} s vs reladiff {rd['seconds']:.1f} s "
+                           f"(target: no more time: {ok})")
+    s = same["s3rs_key"]["seconds"]
+    ok = "met" if s <= 3 * floor_s else "NOT met"
+    out.append(f"identical tables: s3rs --columns key {s:.1f} s = {s / floor_s:.1f}x the two "
+               f"count(*) ({floor_s:.2f} s) (target <= 3x: {ok})")
+    out.append(f"after --apply: {again['total']} differences (target 0)")
+    return out

@@ -1,0 +1,129 @@
+"""The benchmark suites run end to end at a tiny size and print the figures they promise.
+
+Each suite runs as `python -m benchmarks.run --suite X` in a subprocess with this test's
+interpreter (the shared .venv: no dlt, no reladiff), in a throwaway MySQL schema and
+PostgreSQL database (S3RS_BENCH_SCHEMA) and with its own moto server, and writes --json.
+The dlt and reladiff lines are checked when those packages are importable (.venv-bench)
+and otherwise must be replaced by a note that says how to get them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pymysql
+import pytest
+
+from s3rs_assets_tests.conftest import MYSQL_HOST, MYSQL_PORT, PG_DSN
+
+REPO = Path(__file__).resolve().parent.parent
+TINY = ["--rows", "1200", "--chunk-rows", "500", "--increment", "30"]
+ARGS = {
+    "core": ["--no-naive", "--floor-repeat", "1"],
+    "decimal": [],
+    "shape": ["--small-tables", "2", "--small-max", "40", "--history-years", "0.1"],
+    "reconcile": ["--differences", "10"],
+}
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
+
+
+@pytest.fixture
+def bench_schema() -> Iterator[str]:
+    """A throwaway schema name; its MySQL schema and PostgreSQL database are dropped after."""
+    name = f"s3rs_bsmoke_{uuid.uuid4().hex[:8]}"
+    yield name
+    with pymysql.connect(host=MYSQL_HOST, port=MYSQL_PORT, user="root", autocommit=True) as c:
+        c.cursor().execute(f"DROP DATABASE IF EXISTS `{name}`")
+    with psycopg.connect(PG_DSN + " dbname=postgres", autocommit=True) as c:
+        c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def run_suite(suite: str, schema: str, tmp_path: Path) -> tuple[dict[str, Any], str]:
+    out = tmp_path / f"{suite}.json"
+    env = dict(os.environ, S3RS_BENCH_SCHEMA=schema, PYTHONPATH=str(REPO),
+               PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    env.pop("AWS_ENDPOINT_URL_S3", None)  # the benchmark starts its own moto server
+    env.pop("DAGSTER_HOME", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.run", "--suite", suite, *TINY, *ARGS[suite],
+         "--json", str(out)],
+        cwd=REPO, env=env, capture_output=True, text=True,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(out.read_text())["suites"][suite], proc.stdout
+
+
+def rate(doc: dict[str, Any], key: str) -> float:
+    line = next(ln for ln in doc["lines"] if ln["key"] == key)
+    assert line["seconds"] > 0, line
+    return line["rows_per_s"]
+
+
+def optional_tool(doc: dict[str, Any], module: str, line_key: str) -> None:
+    """With the package: its line is there. Without: a note saying how to get it."""
+    keys = {ln["key"] for ln in doc["lines"]}
+    if importlib.util.find_spec(module) is not None:
+        assert line_key in keys
+    else:
+        assert any(f"{module} is not installed" in n and "venv.sh" in n for n in doc["notes"])
+
+
+def test_core(bench_schema: str, tmp_path: Path) -> None:
+    doc, stdout = run_suite("core", bench_schema, tmp_path)
+    for key in ("extract_floor", "backup", "load_floor", "load_baseline", "load", "e2e"):
+        assert rate(doc, key) > 0
+    assert doc["backup"]["rows"] == 1200
+    assert doc["load"]["rows_in_target"] == 1200
+    assert "rows/s" in stdout and "load vs psycopg COPY baseline" in stdout
+    assert "uptime at start" in stdout and "load average" in stdout
+
+
+def test_decimal(bench_schema: str, tmp_path: Path) -> None:
+    doc, stdout = run_suite("decimal", bench_schema, tmp_path)
+    for key in ("floor", "sync_fresh", "backup", "load", "copy", "stages", "increment"):
+        assert rate(doc, key) > 0
+    assert doc["backup"]["rows"] == 1200 and doc["load"]["rows_in_target"] == 1200
+    assert doc["copy_baseline"]["rows_in_target"] == 1200
+    assert doc["floor"]["psql_copy"]["rows_in_target"] == 1200
+    optional_tool(doc, "dlt", "dlt")
+    if "dlt" in doc:
+        assert doc["dlt"]["rows_in_target"] == 1200
+    assert "load stage vs psycopg COPY" in stdout and "increment:" in stdout
+
+
+def test_shape(bench_schema: str, tmp_path: Path) -> None:
+    doc, stdout = run_suite("shape", bench_schema, tmp_path)
+    assert not doc["notes"], doc["notes"]  # nothing killed at the timeout
+    syncs = doc["syncs"]
+    assert set(syncs) == {"hist_first", "small_first", "big_first", "hist_second",
+                          "small_second", "big_increment"}
+    assert all(s["seconds"] > 0 for s in syncs.values())
+    assert syncs["hist_first"]["spark_startup_s"] > 0  # a backup ran, in a fresh Spark
+    sizes = doc["record_bytes"]
+    assert set(sizes) == {"hist_36d", "small_01", "small_02", "big_1200"}
+    assert all(isinstance(v, int) and v > 0 for v in sizes.values()), sizes
+    assert doc["tables"]["small_01"] == 10 and doc["tables"]["small_02"] == 40
+    assert "record bytes" in stdout and "long history record:" in stdout
+
+
+def test_reconcile(bench_schema: str, tmp_path: Path) -> None:
+    doc, stdout = run_suite("reconcile", bench_schema, tmp_path)
+    assert doc["identical"]["s3rs_key"]["total"] == 0
+    assert doc["identical"]["s3rs_all"]["total"] == 0
+    assert doc["injected"] == {"deleted": 4, "edited": 3, "inserted": 2, "moved_back": 1}
+    found = {k: v for k, v in doc["found"]["s3rs_all"]["counts"].items() if v}
+    assert found == {"missing": 2, "extra": 4, "differs": 4}
+    assert doc["after_apply"]["total"] == 0
+    assert rate(doc, "count") > 0 and rate(doc, "diff_s3rs_key") > 0
+    optional_tool(doc, "reladiff", "diff_reladiff_key")
+    assert "s3rs --columns all: found" in stdout
