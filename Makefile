@@ -23,8 +23,12 @@ demo: setup ## seed a 100k-row table and sync it MySQL -> S3 (moto) -> PostgreSQ
 test: ## run the whole test suite (extra pytest args: make test ARGS="-k cursor")
 	@bash scripts/test.sh $(ARGS)
 
-ui: setup ## Dagster UI on the demo stack: open http://127.0.0.1:3000 (Ctrl-C stops it)
-	@source scripts/env.sh && bash scripts/moto.sh start && \
+ui: setup ## Dagster UI on the demo stack, runs attached to a Spark Connect server: http://127.0.0.1:3000
+	@bash scripts/moto.sh start && \
+	  { [ -n "$${S3RS_SPARK_MASTER:-}" ] || \
+	    S3RS_SPARK_STATE_DIR=$${S3RS_SPARK_STATE_DIR:-$(CURDIR)/.local/spark-connect} \
+	    $(VENV_PY) -m s3rs_assets.cli spark start; } && \
+	  source scripts/env.sh && echo "Spark: $$S3RS_SPARK_MASTER (make stop ends it)" && \
 	  echo "Dagster UI: http://127.0.0.1:3000 (DAGSTER_HOME=$$DAGSTER_HOME)" && \
 	  exec .venv/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
 
@@ -34,8 +38,10 @@ bench: setup ## run the benchmarks on the local stack (ARGS="...")
 lint: ## ruff check
 	@.venv/bin/ruff check .
 
-stop: ## stop the local moto S3 server (its buckets are in memory and are lost)
+stop: ## stop the local moto S3 server (its buckets are in memory and are lost) and Spark Connect server
 	@bash scripts/moto.sh stop
+	@S3RS_SPARK_STATE_DIR=$${S3RS_SPARK_STATE_DIR:-$(CURDIR)/.local/spark-connect} \
+	  $(VENV_PY) -m s3rs_assets.cli spark stop
 
 clean: stop ## remove .local/ (demo table list, Dagster home, logs); databases are kept
 	rm -rf .local

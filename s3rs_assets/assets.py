@@ -75,6 +75,8 @@ def run_backup(
         t_spark = time.monotonic()
         session = spark.session()
         spark_seconds = time.monotonic() - t_spark
+        # sc://host:port/;token=...: the parameters after "/;" may hold a secret
+        spark_app = f"{spark.master.split('/;')[0]} {session.conf.get('spark.app.id', None)}"
         ex = Extractor(
             spark=session,
             mysql=mysql,
@@ -126,6 +128,7 @@ def run_backup(
         spark_seconds,
         backup.skipped,
         recovery,
+        spark_app,
     )
 
 

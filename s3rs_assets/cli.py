@@ -1189,6 +1189,7 @@ def verify(name: str, from_key: str | None, to_key: str | None, as_json: bool) -
 from s3rs_assets.cli_reconcile import reconcile  # noqa: E402  (issue 10; moves on the cli split)
 
 main.add_command(reconcile)
+main.add_command(__import__("s3rs_assets.cli_spark").cli_spark.spark)  # issue 13
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -45,6 +45,7 @@ class BackupOutput:
     spark_seconds: float = 0.0
     skipped: list[str] = field(default_factory=list)
     recovery: dict[str, Any] | None = None  # set when this run restored a lost watermark
+    spark_app: str = ""  # "<master> <application id>": which Spark the run used
 
     @property
     def rows(self) -> int:
@@ -159,6 +160,8 @@ def backup_run_metadata(out: BackupOutput, record: WatermarkRecord) -> Metadata:
             round(rows / out.seconds, 1) if out.seconds > 0 else 0.0
         ),
         "spark_startup_seconds": dg.MetadataValue.float(round(out.spark_seconds, 3)),
+        # a Spark Connect server shows the same application id in every run attached to it
+        "spark_application": dg.MetadataValue.text(out.spark_app or "-"),
         "run_partial_partitions": dg.MetadataValue.json(partial),
         "skipped_partitions": dg.MetadataValue.json(out.skipped),
         **{k: dg.MetadataValue.int(v) for k, v in out.anomalies.metadata().items()},
