@@ -2,7 +2,8 @@
 
 Thin: the server's logic is in `spark_server`. `serve` runs it in the foreground (Ctrl-C
 stops it); `start` leaves it running in the background (what `make ui` does) and returns
-once it accepts clients. Point runs at it with `S3RS_SPARK_MASTER=<the sc:// URL printed>`.
+once it accepts clients. Point runs at it with `S3RS_SPARK_MASTER=<the sc:// URL printed>`:
+it names the server's warm session, which runs share (see `spark_server.wait_ready`).
 Exit codes: 0 done; 1 `status` found no server; 2 bad input or the server failed to start.
 """
 
@@ -63,7 +64,7 @@ def _ready(settings: spark_server.ServerSettings, proc: Any) -> None:
     app_id = spark_server.wait_ready(settings, proc)
     _echo(f"Spark Connect server ready: {settings.url} (application {app_id}, pid {proc.pid}, "
           f"log {settings.log_file})")
-    _echo(f"attach runs with: export S3RS_SPARK_MASTER={settings.url}")
+    _echo(f"attach runs with: export S3RS_SPARK_MASTER='{settings.url}'")
 
 
 @click.group("spark")
