@@ -23,7 +23,7 @@ demo: setup ## seed a 100k-row table and sync it MySQL -> S3 (moto) -> PostgreSQ
 test: ## run the whole test suite (extra pytest args: make test ARGS="-k cursor")
 	@bash scripts/test.sh $(ARGS)
 
-ui: setup ## Dagster UI on the demo stack: open http://127.0.0.1:3000 (Ctrl-C stops all of it)
+ui: setup ## Dagster UI on the demo stack, runs attached to a Spark Connect server: http://127.0.0.1:3000
 	@bash scripts/ui.sh
 
 # The benchmark runs in its own .venv-bench (dlt, reladiff), never in the shared .venv.
@@ -35,8 +35,10 @@ bench: setup ## run the benchmarks in .venv-bench (ARGS="--suite core|decimal|sh
 lint: ## ruff check and the import layers (lint-imports)
 	@.venv/bin/ruff check . && .venv/bin/lint-imports
 
-stop: ## stop the local moto S3 server (its buckets are in memory and are lost)
+stop: ## stop the local moto S3 server (its buckets are in memory and are lost) and Spark Connect server
 	@bash scripts/moto.sh stop
+	@S3RS_SPARK_STATE_DIR=$${S3RS_SPARK_STATE_DIR:-$(CURDIR)/.local/spark-connect} \
+	  $(VENV_PY) -m s3rs_assets.cli spark stop
 
 clean: stop ## remove .local/ (demo table list, Dagster home, logs); databases are kept
 	rm -rf .local

@@ -95,6 +95,8 @@ def run_backup(
     t_spark = time.monotonic()
     session = spark.session()
     spark_seconds = time.monotonic() - t_spark
+    # sc://host:port/;token=...: the parameters after "/;" may hold a secret
+    spark_app = f"{spark.master.split('/;')[0]} {session.conf.get('spark.app.id', None)}"
     ex = Extractor(
         spark=session,
         mysql=mysql,
@@ -149,6 +151,7 @@ def run_backup(
         recovery,
         retries,
         context.retry_number,
+        spark_app,
     )
 
 

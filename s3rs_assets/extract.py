@@ -25,7 +25,7 @@ import pyarrow as pa
 from s3rs_assets.cursor import SubRange, position_token
 from s3rs_assets.errors import ConfigError, IntegrityError
 from s3rs_assets.source import SourceTable
-from s3rs_assets.types import arrow_schema
+from s3rs_assets.types import arrow_schema, decimal_from_unscaled, reads_unscaled
 from s3rs_assets.watermark import FileEntry, Position
 
 
@@ -66,6 +66,7 @@ class WriteSpec:
     select: str = ""  # connectorx: "SELECT ... FROM ... WHERE " to which a predicate is added
     session_setup: tuple[str, ...] = ()  # connectorx: run first on its connection (clock.py)
     cursor_date: bool = False  # a DATE cursor: the manifest's cursor range is date32
+    unscaled: tuple[str, ...] = ()  # connectorx: DECIMAL columns selected as v * 10^s
 
 
 def _client(cfg: dict[str, Any]) -> Any:
@@ -150,6 +151,7 @@ def connectorx_task(
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import connectorx as cx
 
+        schema = pa.ipc.read_schema(pa.py_buffer(spec.schema_ipc))
         client = None
         for batch in batches:
             for part in batch.column("id").to_pylist():
@@ -161,6 +163,10 @@ def connectorx_task(
                     pre_execution_query=list(spec.session_setup) or None,
                 )
                 if table.num_rows:
+                    for name in spec.unscaled:
+                        i = table.schema.get_field_index(name)
+                        values = decimal_from_unscaled(table.column(i), schema.field(name).type)
+                        table = table.set_column(i, name, values)
                     client = client or _client(spec.s3)
                     yield store_object(table, spec.keys[part], part, spec, client)
 
@@ -248,6 +254,7 @@ class Extractor:
                     f"SELECT {self.src.select_list('connectorx')} "
                     f"FROM {self.src.qualified} WHERE "
                 ),
+                unscaled=tuple(c.name for c in self.src.columns if reads_unscaled(c)),
             )
             # spark.range, like the warm-up job, so the warmed Python workers are reused; a
             # task reads several small items with one S3 client when there are many

@@ -349,14 +349,17 @@ def _warm(batches: Any) -> Any:
     yield from batches
 
 
-def warm_up(session: Any) -> None:
-    """Start Spark's Python workers (reused by later tasks) as part of start-up."""
+def warm_up(session: Any, cores: int | None = None) -> None:
+    """Start Spark's Python workers (reused by later tasks) as part of start-up: one per
+    task slot (`cores`; by default the session's parallelism). A Spark Connect client
+    leaves this to the server (`s3rs spark serve` warms its workers once)."""
     if session.conf.get("spark.python.worker.reuse", "true") != "true":
         return
-    try:
-        cores = int(session.sparkContext.defaultParallelism)
-    except Exception:  # Spark Connect: workers live on the server; nothing to warm here
-        return
+    if cores is None:
+        try:
+            cores = int(session.sparkContext.defaultParallelism)
+        except Exception:  # Spark Connect: the server warmed its own workers
+            return
     session.range(0, cores, numPartitions=cores).mapInArrow(_warm, "id long").collect()
 
 

@@ -246,6 +246,9 @@ def execute(
         REPOSITORY_TAG: REPOSITORY_LABEL,  # linked to the code location in the UI
         **(extra_tags or {}),
     }
+    # Both stages: the whole sync job, whose checks leave out `reconciled` (a full compare).
+    # An asset selection would bring back every check of the selected assets.
+    selection = None if set(plan.stages) == {"backup", "load"} else plan.selection
     return dg.execute_job(
-        recon, instance=inst, run_config=run_config, tags=tags, asset_selection=plan.selection
+        recon, instance=inst, run_config=run_config, tags=tags, asset_selection=selection
     )

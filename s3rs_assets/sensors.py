@@ -58,6 +58,7 @@ import dagster as dg
 import pymysql
 
 from s3rs_assets.assets import build_sync_job
+from s3rs_assets.checks import sync_check_keys
 from s3rs_assets.config import TableConfig
 from s3rs_assets.cursor import position_token
 from s3rs_assets.errors import ConfigError, S3rsError, SourceSchemaError, WatermarkError
@@ -260,13 +261,18 @@ def _partition_request(
     keys: Sequence[str],
     assets: Sequence[dg.AssetKey],
     tags: Mapping[str, str],
+    cfg: TableConfig,
 ) -> dg.RunRequest:
-    """One partition as `partition_key`, several consecutive ones as a single-run range."""
+    """One partition as `partition_key`, several consecutive ones as a single-run range.
+    The run executes the sync checks of `assets` only: without `asset_check_keys` Dagster
+    adds every check of the selected assets, `reconciled` (a full compare) included."""
+    checks = [k for k in sync_check_keys(cfg) if k.asset_key in set(assets)]
     if len(keys) == 1:
         return dg.RunRequest(
             run_key=run_key,
             job_name=job,
             asset_selection=list(assets),
+            asset_check_keys=checks,
             partition_key=keys[0],
             tags=dict(tags),
         )
@@ -274,6 +280,7 @@ def _partition_request(
         run_key=run_key,
         job_name=job,
         asset_selection=list(assets),
+        asset_check_keys=checks,
         tags={**tags, RANGE_START_TAG: keys[0], RANGE_END_TAG: keys[-1]},
     )
 
@@ -361,6 +368,7 @@ def chain_table(
                     keys=keys,
                     assets=[load_key],
                     tags=tags,
+                    cfg=cfg,
                 )
             )
     line = f"{cfg.name}: {len(records)} s3_parquet materialization(s) up to storage id {last_id}"
@@ -623,6 +631,7 @@ def _check_table(
             keys=keys,
             assets=[asset_key(cfg, "s3_parquet"), asset_key(cfg, "redshift_table")],
             tags={TABLE_TAG: cfg.name, TRIGGER_TAG: NEW_DATA},
+            cfg=cfg,
         )
         for keys in found.ranges
     ]

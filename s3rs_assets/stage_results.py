@@ -54,6 +54,7 @@ class BackupOutput:
     recovery: dict[str, Any] | None = None  # set when this run restored a lost watermark
     retries: Retries = field(default_factory=Retries)  # transient errors retried in the step
     step_retries: int = 0  # Dagster's retries of the step before this attempt
+    spark_app: str = ""  # "<master> <application id>": which Spark the run used
 
     @property
     def rows(self) -> int:
@@ -184,6 +185,8 @@ def backup_run_metadata(out: BackupOutput, record: WatermarkRecord) -> Metadata:
         ),
         "spark_startup_seconds": dg.MetadataValue.float(round(out.spark_seconds, 3)),
         **retry_metadata(out.retries, out.step_retries),
+        # a Spark Connect server shows the same application id in every run attached to it
+        "spark_application": dg.MetadataValue.text(out.spark_app or "-"),
         "run_partial_partitions": dg.MetadataValue.json(partial),
         "skipped_partitions": dg.MetadataValue.json(out.skipped),
         **{k: dg.MetadataValue.int(v) for k, v in out.anomalies.metadata().items()},

@@ -15,12 +15,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 
 from s3rs_assets.errors import SourceSchemaError
 from s3rs_assets.identifiers import mysql_quote
 
 VARCHAR_MAX = 65535
+#: DECIMAL(p,s) up to this precision is read by connectorx as its unscaled integer
+#: (value * 10^s < 10^18 fits a BIGINT): exact, and faster than text parsed back.
+UNSCALED_MAX_PRECISION = 18
 #: MySQL counts VARCHAR(n) in characters, Redshift in bytes; utf8mb4 takes up to 4 per char.
 UTF8MB4_BYTES = 4
 
@@ -123,18 +127,42 @@ def select_expr(col: SourceColumn, reader: str = "jdbc") -> str:
     """The expression `reader` selects for `col`, aliased back to its own name.
 
     JDBC gets TIME/YEAR/BIT cast so the driver cannot turn them into timestamps or dates.
-    connectorx additionally gets DECIMAL as text (it forces every decimal into one
-    precision and scale and fails on others) and zero dates as NULL (it panics on them);
-    the text is cast back to the exact DECIMAL(p,s) in Arrow, which refuses any loss.
+    connectorx (which forces every decimal into one precision and scale and fails on
+    others) gets DECIMAL(p<=18,s) as its unscaled BIGINT `value * 10^s` (MySQL's DECIMAL
+    arithmetic is exact; `decimal_from_unscaled` rebuilds the value), wider DECIMAL as
+    text, cast back to the exact DECIMAL(p,s) in Arrow, which refuses any loss, and zero
+    dates as NULL (it panics on them).
     """
     q = mysql_quote(col.name)
     if reader == "connectorx":
+        if reads_unscaled(col):
+            scale = "1" + "0" * (col.scale or 0)  # an integer literal: DECIMAL arithmetic
+            return f"CAST({q} * {scale} AS SIGNED) AS {q}"
         if col.data_type in ("decimal", "time", "year"):
             return f"CAST({q} AS CHAR) AS {q}"
         if col.data_type in ("datetime", "timestamp", "date"):
             return f"IF({q} = 0, NULL, {q}) AS {q}"
     cast = column_type(col).select_cast
     return f"CAST({q} AS {cast}) AS {q}" if cast else q
+
+
+def reads_unscaled(col: SourceColumn) -> bool:
+    """connectorx reads this DECIMAL as its unscaled integer (see `select_expr`)."""
+    return col.data_type == "decimal" and (col.precision or 10) <= UNSCALED_MAX_PRECISION
+
+
+def decimal_from_unscaled(values: pa.Array | pa.ChunkedArray, typ: pa.Decimal128Type) -> pa.Array:
+    """int64 unscaled values (v * 10^s) as decimal128(p, s) holding v, exactly: the
+    128-bit two's complement of each value (low word, sign-extended high word)."""
+    arr = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+    if arr.type != pa.int64():
+        raise TypeError(f"unscaled decimal values must be int64, got {arr.type}")
+    low = arr.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    words = np.empty((len(low), 2), dtype=np.int64)
+    words[:, 0] = low
+    words[:, 1] = low >> 63
+    validity = arr.is_valid().buffers()[1] if arr.null_count else None
+    return pa.Array.from_buffers(typ, len(arr), [validity, pa.py_buffer(words)])
 
 
 def arrow_schema(columns: list[SourceColumn]) -> pa.Schema:

@@ -316,6 +316,9 @@ def test_chain_loads_every_partition_of_a_single_run_backfill(backed_up, mysql_u
     (req,) = tick.run_requests
     assert req.job_name == job_name(cfg)
     assert req.asset_selection == [asset_key(cfg, "redshift_table")]
+    # the load's sync check only: not `reconciled`, which Dagster adds unless told
+    assert req.asset_check_keys == [dg.AssetCheckKey(asset_key(cfg, "redshift_table"),
+                                                     "matches_mysql")]
     assert (req.tags[RANGE_START_TAG], req.tags[RANGE_END_TAG]) == ("2025-03-04", "2025-03-05")
     assert req.tags[TABLE_TAG] == cfg.name
     assert req.run_key == f"{cfg.name}:2025-03-04..2025-03-05:{events[-1].storage_id}"
@@ -406,6 +409,7 @@ def test_new_data_requests_a_range_sync_once_per_change(
     (req,) = tick.run_requests
     assert req.job_name == job_name(cfg)
     assert req.asset_selection == [asset_key(cfg, "s3_parquet"), asset_key(cfg, "redshift_table")]
+    assert sorted(req.asset_check_keys, key=str) == sorted(sync_check_keys(cfg), key=str)
     assert (req.tags[RANGE_START_TAG], req.tags[RANGE_END_TAG]) == ("2025-03-05", "2025-03-06")
     assert req.tags[TABLE_TAG] == cfg.name
     first = position_token(Position(c=cursor.c, pk=[cursor.pk[0] + 1000]))

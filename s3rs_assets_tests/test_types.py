@@ -135,6 +135,60 @@ def test_readers_select_what_they_can_decode_exactly():
     tm = SourceColumn("t", "time", "time")
     dt = SourceColumn("d", "datetime", "datetime(6)")
     assert select_expr(dec) == "`amount`"
-    assert select_expr(dec, "connectorx") == "CAST(`amount` AS CHAR) AS `amount`"
+    # up to 18 digits: the exact unscaled integer (an integer literal keeps MySQL's DECIMAL
+    # arithmetic exact); wider: text, cast back in Arrow
+    assert select_expr(dec, "connectorx") == "CAST(`amount` * 10000 AS SIGNED) AS `amount`"
+    wide = SourceColumn("w", "decimal", "decimal(65,30)", precision=65, scale=30)
+    assert select_expr(wide, "connectorx") == "CAST(`w` AS CHAR) AS `w`"
+    whole = SourceColumn("n", "decimal", "decimal(18,0)", precision=18, scale=0)
+    assert select_expr(whole, "connectorx") == "CAST(`n` * 1 AS SIGNED) AS `n`"
     assert select_expr(tm) == "CAST(`t` AS CHAR) AS `t`"
     assert select_expr(dt, "connectorx") == "IF(`d` = 0, NULL, `d`) AS `d`"
+
+
+DECIMAL_EDGES = [
+    # (d18_4, d18_8, d18_0, d38_10): limits, negative zero, the smallest steps, NULL
+    ("99999999999999.9999", "9999999999.99999999", "999999999999999999",
+     "9999999999999999999999999999.9999999999"),
+    ("-99999999999999.9999", "-9999999999.99999999", "-999999999999999999",
+     "-9999999999999999999999999999.9999999999"),
+    ("-0.0000", "-0.00000000", "-0", "-0.0000000000"),
+    ("0.0001", "-0.00000001", "1", "0.0000000001"),
+    (None, None, None, None),
+]
+
+
+@pytest.mark.parametrize("reader", ["connectorx", "jdbc"])
+def test_decimals_at_their_limits_round_trip_exactly(mysql_conn, mysql_db, mysql_url,
+                                                     s3_resource, s3_client, spark_resource,
+                                                     reader):
+    """DECIMAL(p<=18) read as unscaled integers and wider ones as text give the same
+    exact values, negative zero (stored by MySQL as -0) included."""
+    table = f"dec_edges_{reader}"
+    with mysql_conn.cursor() as cur:
+        cur.execute(f"DROP TABLE IF EXISTS `{table}`")
+        cur.execute(
+            f"CREATE TABLE `{table}` (id INT PRIMARY KEY, update_at DATETIME(6) NOT NULL, "
+            "a DECIMAL(18,4), b DECIMAL(18,8), c DECIMAL(18,0), d DECIMAL(38,10), "
+            "KEY (update_at, id))"
+        )
+        for i, row in enumerate(DECIMAL_EDGES, start=1):
+            cur.execute(
+                f"INSERT INTO `{table}` VALUES (%s, '2025-05-01 10:00:00', "
+                "CAST(%s AS DECIMAL(18,4)), CAST(%s AS DECIMAL(18,8)), "
+                "CAST(%s AS DECIMAL(18,0)), CAST(%s AS DECIMAL(38,10)))",
+                (i, *row),
+            )
+        cur.execute(f"SELECT id, a, b, c, d FROM `{table}` ORDER BY id")
+        want = {r[0]: r[1:] for r in cur.fetchall()}
+    cfg = table_cfg(mysql_db, table, reader=reader)
+    backup(cfg, resources(mysql_url, s3_resource, spark_resource), partition="2025-05-01")
+    got = read_parquet(s3_client, s3_resource.bucket, manifest_keys(store_for(s3_resource),
+                                                                      cfg.name))
+    assert got.schema.field("a").type == pa.decimal128(18, 4)
+    assert got.schema.field("c").type == pa.decimal128(18, 0)
+    rows = {r["id"]: (r["a"], r["b"], r["c"], r["d"]) for r in got.to_pylist()}
+    assert rows == want
+    for key, values in want.items():  # same digits, not only equal values
+        assert [str(v) for v in rows[key]] == [str(v) for v in values], key
+    assert rows[2][0] == Decimal("-99999999999999.9999") and rows[5] == (None,) * 4

@@ -64,6 +64,8 @@ def test_ui_script_comes_up_quietly_and_a_signal_stops_every_process(
         "S3RS_S3_BUCKET": bucket,
         "S3RS_MOTO_PORT": str(urlparse(moto_endpoint).port),  # reuse the session's server
         "S3RS_UI_PORT": str(port),
+        # a master of its own: ui.sh then starts no Spark Connect server (it outlives the UI)
+        "S3RS_SPARK_MASTER": "local[1]",
     }
     log = tmp_path / "ui.log"
     with log.open("wb") as out:

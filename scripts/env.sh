@@ -16,6 +16,17 @@ _s3rs_repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 : "${AWS_SECRET_ACCESS_KEY:=testing}"
 : "${AWS_DEFAULT_REGION:=us-east-1}"
 : "${S3RS_REDSHIFT_URL:=postgresql://postgres:@127.0.0.1:5432/s3rs_demo}"
+# A Spark Connect server started by `make ui` / `s3rs spark start` (pid and URL under
+# .local/spark-connect) is used when it is running: runs attach in ~1 s instead of
+# starting Spark. Otherwise each run starts its own local Spark.
+if [ -z "${S3RS_SPARK_MASTER:-}" ]; then
+  _s3rs_spark_dir="${S3RS_SPARK_STATE_DIR:-$_s3rs_repo/.local/spark-connect}"
+  if [ -f "$_s3rs_spark_dir/server.pid" ] && [ -f "$_s3rs_spark_dir/server.url" ] &&
+     grep -q SparkConnectServer "/proc/$(cat "$_s3rs_spark_dir/server.pid")/cmdline" 2>/dev/null; then
+    S3RS_SPARK_MASTER="$(cat "$_s3rs_spark_dir/server.url")"
+  fi
+  unset _s3rs_spark_dir
+fi
 : "${S3RS_SPARK_MASTER:=local[2]}"
 : "${S3RS_TABLES:=$_s3rs_repo/.local/demo/tables.yaml}"
 : "${DAGSTER_HOME:=$_s3rs_repo/.local/dagster_home}"

@@ -5,14 +5,22 @@
 # $DAGSTER_HOME. Ctrl-C, SIGTERM or SIGHUP stops that whole group: dagster dev is asked to
 # shut down (SIGINT: it stops the webserver, the daemon and the code server), anything
 # still there after $S3RS_UI_GRACE seconds gets SIGTERM, then SIGKILL. The moto server is
-# left running (`make stop` stops it, with its buckets).
+# left running (`make stop` stops it, with its buckets), and so is the Spark Connect server.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO"
+# One Spark for every run the UI launches: a Spark Connect server (`s3rs spark start`, a
+# no-op when one runs; it outlives the UI, `make stop` ends it), unless S3RS_SPARK_MASTER
+# is set. env.sh then points S3RS_SPARK_MASTER at it.
+if [ -z "${S3RS_SPARK_MASTER:-}" ]; then
+  S3RS_SPARK_STATE_DIR="${S3RS_SPARK_STATE_DIR:-$REPO/.local/spark-connect}" \
+    "$REPO/.venv/bin/python" -m s3rs_assets.cli spark start
+fi
 # shellcheck source=scripts/env.sh
 source scripts/env.sh
 bash scripts/moto.sh start
+echo "Spark: $S3RS_SPARK_MASTER"
 
 HOST="${S3RS_UI_HOST:-127.0.0.1}"
 PORT="${S3RS_UI_PORT:-3000}"

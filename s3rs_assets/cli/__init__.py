@@ -30,6 +30,7 @@ import click
 from s3rs_assets import logs
 from s3rs_assets.cli.reconcile import reconcile
 from s3rs_assets.cli.s3 import s3clean
+from s3rs_assets.cli.spark import spark
 from s3rs_assets.cli.sync import sync
 from s3rs_assets.cli.tables import tables
 from s3rs_assets.cli.verify import verify
@@ -63,5 +64,5 @@ def main(ctx: click.Context, log_format: str | None, log_level: str) -> None:
     ctx.obj = {"log_format": fmt, "log_level": log_level.upper()}
 
 
-for _command in (sync, watermark, s3clean, tables, verify, reconcile):
+for _command in (sync, watermark, s3clean, tables, verify, reconcile, spark):
     main.add_command(_command)
