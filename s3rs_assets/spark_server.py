@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from s3rs_assets.errors import ConfigError
-from s3rs_assets.resources import DEFAULT_JDBC_JARS, check_utc, spark_defaults, warm_up
+from s3rs_assets.extract import check_utc
+from s3rs_assets.resources import DEFAULT_JDBC_JARS, spark_defaults, warm_up
 
 DEFAULT_PORT = 15002
 DEFAULT_HOST = "127.0.0.1"
