@@ -664,6 +664,8 @@ class WatermarkStore:
 
         Never deletes a primary, nor the newest valid backup of any table (whatever its
         age), nor keys that are not recognisable backups. `now` is the wall clock (UTC).
+        Long on purpose: the keep rules (age, newest valid per table) and the deletes belong
+        together.
         """
         if (
             isinstance(days_to_keep, bool)

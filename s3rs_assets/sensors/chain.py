@@ -51,6 +51,8 @@ def chain_table(
     """Load requests for `cfg`'s new `s3_parquet` materializations.
 
     Returns (run requests, storage id to resume after, one line for the skip reason).
+    Long on purpose: the event walk, the skips and the cursor move are one invariant (an event
+    never starts two loads).
     """
     backup_key, load_key = asset_key(cfg, "s3_parquet"), asset_key(cfg, "redshift_table")
     pdef = partitions_def(cfg)
