@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import dagster as dg
 
-from s3rs_assets.backup import BackupRun
+from s3rs_assets.backup import BackupRun, PartitionRun
 from s3rs_assets.checks import build_checks, sync_check_keys
 from s3rs_assets.config import TableConfig
 from s3rs_assets.errors import ConfigError, SourceSchemaError
@@ -34,8 +34,16 @@ from s3rs_assets.names import (
 from s3rs_assets.partitions import partitions_def, window
 from s3rs_assets.resources import MySQLResource, S3Resource, SparkResource
 from s3rs_assets.retry import Retries
-from s3rs_assets.source import check_clock, describe, safety_bound, source_counts
+from s3rs_assets.source import (
+    SafetyBound,
+    SourceTable,
+    check_clock,
+    describe,
+    safety_bound,
+    source_counts,
+)
 from s3rs_assets.stage_results import BackupOutput, dagster_step, record_failure
+from s3rs_assets.watermark import SourceCounts
 
 T = TypeVar("T")
 
@@ -46,25 +54,20 @@ class BackupConfig(dg.Config):
     limit: int | None = None
 
 
-def run_backup(
+def _inspect_source(
     context: dg.AssetExecutionContext,
     table: TableConfig,
     mysql: MySQLResource,
-    s3: S3Resource,
-    spark: SparkResource,
-    limit: int | None,
-) -> BackupOutput:
-    t0 = time.monotonic()
-    pdef = partitions_def(table)
-    keys = context.partition_keys
-    retries = Retries()
+    retries: Retries,
+) -> tuple[SourceTable, SafetyBound, SourceCounts]:
+    """The table's shape, the zones, the safety bound and the rows no run can read, before
+    the first write or the first JVM: bad input changes nothing."""
 
     def query(what: str, fn: Callable[[Any], T]) -> T:
         # One MySQL connection for the whole run, reopened after a transient error.
         return mysql.run(f"{table.name}: {what}", fn, retries, context.log.warning)
 
-    # Everything is validated before the first write or the first JVM: bad input changes
-    # nothing.
+    pdef = partitions_def(table)
     src = query("describing the table", lambda c: describe(c, table))
     # MySQL's zone against S3RS_SOURCE_TIMEZONE: a mismatch that moves the bound or the
     # windows stops the run here, before anything is read (clock.py)
@@ -86,6 +89,38 @@ def run_backup(
         context.log.info(f"{table.name}: safety bound {bound.upper} ({bound.note})")
     for line in found.warnings(table.name):
         context.log.warning(line)
+    return src, bound, found
+
+
+def _log_partitions(context: dg.AssetExecutionContext, table: str, backup: BackupRun,
+                    runs: list[PartitionRun]) -> None:
+    """One line per partition that held rows or is still open, one summary line."""
+    active = [r for r in runs if r.rows or r.status != "complete" or r.recomputed]
+    for r in active:
+        context.log.info(
+            f"{table} {r.partition_key}: {r.status}, {r.rows} rows in {len(r.files)} "
+            f"files, cursor {r.cursor_to}"
+        )
+    context.log.info(
+        f"{table}: {len(runs)} partition(s), {len(runs) - len(active)} complete and "
+        f"empty, {backup.batches} checkpoint write(s)"
+    )
+    if backup.skipped:
+        context.log.warning(f"{table}: row limit reached; not read: {', '.join(backup.skipped)}")
+
+
+def run_backup(
+    context: dg.AssetExecutionContext,
+    table: TableConfig,
+    mysql: MySQLResource,
+    s3: S3Resource,
+    spark: SparkResource,
+    limit: int | None,
+) -> BackupOutput:
+    t0 = time.monotonic()
+    pdef = partitions_def(table)
+    retries = Retries()
+    src, bound, found = _inspect_source(context, table, mysql, retries)
     store = store_for(s3, context.run_id, context.instance)
     # Validate (and if lost, recover) the watermark before Spark starts or anything is read.
     report = store.recover(table.name, now=bound.server_now)
@@ -110,7 +145,7 @@ def run_backup(
     backup = BackupRun(
         ex,
         store,
-        windows=[(k, *window(pdef, k)) for k in keys],
+        windows=[(k, *window(pdef, k)) for k in context.partition_keys],
         upper=bound.upper,
         chunk_rows=table.chunk_rows,
         run_id=context.run_id,
@@ -126,20 +161,7 @@ def run_backup(
     except Exception as e:
         record_failure(store, table.name, "mysql", e)
         raise
-    active = [r for r in runs if r.rows or r.status != "complete" or r.recomputed]
-    for r in active:
-        context.log.info(
-            f"{table.name} {r.partition_key}: {r.status}, {r.rows} rows in {len(r.files)} "
-            f"files, cursor {r.cursor_to}"
-        )
-    context.log.info(
-        f"{table.name}: {len(runs)} partition(s), {len(runs) - len(active)} complete and "
-        f"empty, {backup.batches} checkpoint write(s)"
-    )
-    if backup.skipped:
-        context.log.warning(
-            f"{table.name}: row limit reached; not read: {', '.join(backup.skipped)}"
-        )
+    _log_partitions(context, table.name, backup, runs)
     return BackupOutput(
         table.name,
         runs,

@@ -80,6 +80,8 @@ def _scope(
 
 
 def build_checks(table: TableConfig) -> list[dg.AssetChecksDefinition]:
+    """Long on purpose: the three check definitions of a table, nested so each closes over its
+    table."""
     pdef = partitions_def(table)
 
     @dg.asset_check(

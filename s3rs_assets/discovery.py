@@ -76,7 +76,8 @@ def _introspect(conn: Any, schema: str) -> tuple[list, dict, dict, dict]:
 
 def discover(conn: Any, schema: str) -> tuple[list[dict[str, Any]], list[tuple[str, str]]]:
     """(usable tables as tables.yaml entries, [(table, why left out)]); each entry is
-    profiled (rows, cursor span, proposed partition size, sensitive-looking columns)."""
+    profiled (rows, cursor span, proposed partition size, sensitive-looking columns).
+    Long on purpose: one pass over the catalog rows, each a tables.yaml stanza or a reason."""
     check_identifier(schema, "schema")
     found, columns, pks, leading = _introspect(conn, schema)
     if not found:

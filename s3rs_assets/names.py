@@ -87,3 +87,9 @@ def pool_name(table: TableConfig | str) -> str:
     """One slot per table: two runs of the same table never extract at the same time."""
     schema, name = _parts(table)
     return f"s3rs-{schema}-{name}"
+
+#: The sensors (sensors/): their names and the tag on the runs they launch.
+WATERMARK_GUARD = "s3rs_watermark_guard"
+STAGE_CHAIN = "s3rs_stage_chain"
+NEW_DATA = "s3rs_new_data"
+TRIGGER_TAG = "s3rs/trigger"

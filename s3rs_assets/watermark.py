@@ -364,6 +364,8 @@ class WatermarkRecord(_Model):
         starts; or,
         given the source clock `now` (naive, source time zone), a cursor is later than
         `now + FUTURE_TOLERANCE`. Returns self.
+        Long on purpose: every validation of a record in one place, so reading and writing apply
+        the same rules.
         """
         who = f"watermark of {self.table_name}"
         if table_name is not None and self.table_name != table_name:

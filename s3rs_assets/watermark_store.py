@@ -40,6 +40,11 @@ backup, the latest session backup, any other session backup (newest first), the 
 valid candidate is written back to the primary (conditionally) with
 `backup_metadata.recovered_from` set. Nothing is ever reset automatically: a table reads as
 None only when no copy of its watermark exists anywhere.
+
+Why one module of ~750 lines: the compare-and-swap writes, the backups and the recovery
+share the store's private S3 helpers and its per-table memory of the last ETag; split
+apart they would have to expose both. What is not the store (its reports, the event-log
+source) lives in `watermark_reports` and `watermark_eventlog`.
 """
 
 from __future__ import annotations
@@ -659,6 +664,8 @@ class WatermarkStore:
 
         Never deletes a primary, nor the newest valid backup of any table (whatever its
         age), nor keys that are not recognisable backups. `now` is the wall clock (UTC).
+        Long on purpose: the keep rules (age, newest valid per table) and the deletes belong
+        together.
         """
         if (
             isinstance(days_to_keep, bool)

@@ -22,15 +22,19 @@ import pytest
 from s3rs_assets.checks import sync_check_keys
 from s3rs_assets.cursor import position_token
 from s3rs_assets.io_manager import store_for
-from s3rs_assets.names import RANGE_END_TAG, RANGE_START_TAG, TABLE_TAG, asset_key, job_name
+from s3rs_assets.names import (
+    NEW_DATA,
+    RANGE_END_TAG,
+    RANGE_START_TAG,
+    STAGE_CHAIN,
+    TABLE_TAG,
+    WATERMARK_GUARD,
+    asset_key,
+    job_name,
+)
 from s3rs_assets.partitions import partitions_def, window
 from s3rs_assets.resources import MySQLResource, S3Resource
-from s3rs_assets.sensors import (
-    NEW_DATA,
-    STAGE_CHAIN,
-    WATERMARK_GUARD,
-    build_sensors,
-)
+from s3rs_assets.sensors import build_sensors
 from s3rs_assets.watermark import PartitionState, Position, WatermarkRecord
 from s3rs_assets.watermark_eventlog import event_log_watermark
 from s3rs_assets_tests.conftest import REPO

@@ -32,11 +32,12 @@ from s3rs_assets.names import (
     CHECK_NAME,
     REPOSITORY_LABEL,
     REPOSITORY_TAG,
+    WATERMARK_GUARD,
     job_name,
     pool_name,
 )
 from s3rs_assets.resources import MySQLResource, S3Resource
-from s3rs_assets.sensors import WATERMARK_GUARD, build_new_data_sensor
+from s3rs_assets.sensors.new_data import build_new_data_sensor
 from s3rs_assets_tests.conftest import REPO, _mysql_root
 from s3rs_assets_tests.helpers import make_ties_table, ties
 from s3rs_assets_tests.webserver_stack import (

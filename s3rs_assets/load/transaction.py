@@ -173,6 +173,8 @@ def load_files(
     in the ledger in one transaction. `checkpoint(name)` is called at each of CHECKPOINTS
     inside the transaction; what it raises aborts (and rolls back) the load. Transient
     errors rerun the transaction (retry.call, counted in `retries`).
+    Long on purpose: the transaction's steps in their order (ledger lock, COPY, merge, ledger
+    rows) read best in one place.
     """
     started = time.monotonic()
     _check_files(target, partition_key, files)

@@ -1,0 +1,265 @@
+"""`s3rs_new_data` (every 2 min) asks MySQL, per table, whether rows exist past the stored
+  watermark and below the run's safety bound (`safety_bound(...).upper`, on the MySQL
+  clock): one index-only `ORDER BY cursor, pk LIMIT 1` probe per partial partition (from
+  its stored (cursor, pk), with the predicates of cursor.py) and per stretch of partitions
+  the watermark has never seen, oldest first, stopping at the first row found. Complete
+  partitions are not probed: their window was read to its end and the safety bound keeps
+  late commits out of it. When rows are found it requests the sync job (both assets) from
+  the first partition with new rows through the partition of the newest row below the
+  bound (the current partition whenever the table is being written; an idle table does not
+  get a run over months of empty windows), leaving out complete partitions (a sync never
+  recomputes a finished window by itself), as one range run per contiguous stretch. The
+  run key is `<table>:<range>:<first new row>:<newest row below the bound>`: the same state
+  gives the same key (Dagster launches it once); progress or new rows give a new one. A
+  table with a sync queued or running (tag `s3rs/table`) is not probed at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import dagster as dg
+
+from s3rs_assets.config import TableConfig
+from s3rs_assets.cursor import position_token
+from s3rs_assets.errors import ConfigError, SourceSchemaError, WatermarkError
+from s3rs_assets.io_manager import store_for
+from s3rs_assets.names import (
+    NEW_DATA,
+    TABLE_TAG,
+    TRIGGER_TAG,
+    asset_key,
+    job_name,
+    stage_keys,
+)
+from s3rs_assets.partitions import key_for, partitions_def, window, windows
+from s3rs_assets.resources import MySQLResource, S3Resource
+from s3rs_assets.sensors.common import IN_FLIGHT, clip, partition_request
+from s3rs_assets.source import (
+    SafetyBound,
+    SourceTable,
+    describe,
+    first_row,
+    last_row,
+    safety_bound,
+)
+from s3rs_assets.watermark import PartitionState, Position, WatermarkRecord, iso
+from s3rs_assets.watermark_store import WatermarkStore
+
+
+@dataclass
+class NewData:
+    """Rows past a table's watermark below the safety bound, and what to sync for them."""
+
+    table: str
+    first_row: Position  # the oldest unread row below the bound
+    newest_row: Position  # the newest row below the bound (part of the run key)
+    ranges: list[list[str]]  # consecutive partitions to sync, complete ones left out
+    probes: int
+
+    def run_key(self, keys: Sequence[str]) -> str:
+        span = keys[0] if len(keys) == 1 else f"{keys[0]}..{keys[-1]}"
+        return (
+            f"{self.table}:{span}:{position_token(self.first_row)}:"
+            f"{position_token(self.newest_row)}"
+        )
+
+
+@dataclass
+class Probe:
+    """One index-only look for the first row after `start` and below `end`."""
+
+    start: Position
+    end: datetime
+    what: str
+
+
+@dataclass
+class ProbeResult:
+    found: NewData | None
+    probes: list[Probe] = field(default_factory=list)
+    complete: int = 0  # complete partitions left unprobed
+
+
+def _probes(
+    cfg: TableConfig, record: WatermarkRecord | None, upper: datetime
+) -> tuple[list[Probe], int]:
+    """The regions below `upper` that may hold unread rows, oldest first.
+
+    Partial partitions are probed from their stored cursor; stretches no partition of the
+    record covers are probed as one range each; complete partitions are left out.
+    """
+    pdef = partitions_def(cfg)
+    first = pdef.get_first_partition_key()
+    if first is None:
+        return [], 0
+    lo = window(pdef, first)[0]
+    if upper <= lo:
+        return [], 0
+    # complete partitions and closed (complete, empty) ranges are never probed
+    known: list[tuple[datetime, datetime, str | None, PartitionState | None]] = [
+        (p.window_start, p.window_end, k, p)
+        for k, p in (record.partitions.items() if record else [])
+    ]
+    known += [(r.start, r.end, None, None) for r in (record.closed if record else [])]
+    known.sort(key=lambda e: e[0])
+    probes: list[Probe] = []
+    complete = 0
+    gap_start = lo
+    for ws, we, key, state in known:
+        if ws >= upper:
+            break
+        if we <= gap_start:
+            continue  # a window before the first partition (the start was moved later)
+        if ws > gap_start:
+            probes.append(Probe(Position(c=gap_start, pk=None), ws, "unsynced"))
+        if state is None or state.status == "complete":
+            complete += 1
+        else:
+            start = state.cursor
+            if start is None or start.c < ws:
+                start = Position(c=ws, pk=None)
+            probes.append(Probe(start, min(we, upper), f"partial {key}"))
+        gap_start = max(gap_start, we)
+    if gap_start < upper:
+        probes.append(Probe(Position(c=gap_start, pk=None), upper, "unsynced"))
+    return probes, complete
+
+
+def find_new_data(
+    conn: Any,
+    cfg: TableConfig,
+    src: SourceTable,
+    record: WatermarkRecord | None,
+    bound: SafetyBound,
+) -> ProbeResult:
+    """Probe MySQL for rows past `record` below `bound.upper`; plan the sync if any."""
+    probes, complete = _probes(cfg, record, bound.upper)
+    done: list[Probe] = []
+    for probe in probes:
+        done.append(probe)
+        row = first_row(conn, src, probe.start, probe.end)
+        if row is None:
+            continue
+        pdef = partitions_def(cfg)
+        last = pdef.get_last_partition_key() or ""
+        # The MySQL clock may run ahead of this host's: no partition past the last one.
+        first_key = min(key_for(pdef, row.c) or last, last)
+        newest = last_row(conn, src, row.c, bound.upper) or row
+        last_key = min(key_for(pdef, newest.c) or last, last)
+        span = pdef.get_partition_keys_in_range(dg.PartitionKeyRange(first_key, last_key))
+        ranges: list[list[str]] = []
+        run: list[str] = []
+        for k, start, end in windows(pdef, list(span)):
+            if record is None or not record.is_complete(k, start, end):
+                run.append(k)
+            elif run:
+                ranges.append(run)
+                run = []
+        if run:
+            ranges.append(run)
+        return ProbeResult(NewData(cfg.name, row, newest, ranges, len(done)), done, complete)
+    return ProbeResult(None, done, complete)
+
+
+def _in_flight(instance: dg.DagsterInstance, cfg: TableConfig) -> dg.DagsterRun | None:
+    """A queued or running run that materializes either asset of the table, however it was
+    launched (the UI's Materialize button, a backfill, a sensor, the CLI): found by the
+    assets it targets, not by a tag only some launch paths set."""
+    keys = set(stage_keys(cfg))
+    for run in instance.get_runs(dg.RunsFilter(statuses=IN_FLIGHT)):
+        if run.asset_selection is not None:
+            if keys & set(run.asset_selection):
+                return run
+        elif run.job_name == job_name(cfg):
+            return run
+    return None
+
+
+def build_new_data_sensor(
+    tables: Sequence[TableConfig],
+    jobs: Sequence[Any],
+    default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED,
+) -> dg.SensorDefinition:
+    @dg.sensor(
+        name=NEW_DATA,
+        minimum_interval_seconds=120,
+        jobs=list(jobs),
+        default_status=default_status,
+        description=(
+            "Syncs a table (both stages) when MySQL holds rows past its watermark below the "
+            "safety bound; index-only probes, never a count; waits while a sync is running."
+        ),
+    )
+    def s3rs_new_data(
+        context: dg.SensorEvaluationContext, mysql: MySQLResource, s3: S3Resource
+    ) -> dg.SensorResult | dg.SkipReason:
+        store = store_for(s3, instance=context.instance)
+        requests: list[dg.RunRequest] = []
+        lines: list[str] = []
+        waiting = {}
+        for cfg in tables:
+            run = _in_flight(context.instance, cfg)
+            if run is not None:
+                waiting[cfg.name] = run
+                lines.append(f"{cfg.name}: run {run.run_id[:8]} is {run.status.value}, not checked")
+        todo = [t for t in tables if t.name not in waiting]
+        if todo:
+            with mysql.connect() as conn:
+                for cfg in todo:
+                    try:
+                        reqs, line = _check_table(conn, store, cfg)
+                    except (SourceSchemaError, WatermarkError, ConfigError) as e:
+                        reqs, line = [], f"{cfg.name}: not checked: {e}"
+                        context.log.error(line)
+                    requests += reqs
+                    lines.append(line)
+        summary = f"checked {len(tables)} tables for MySQL rows past the watermark: " + "; ".join(
+            lines
+        )
+        if requests:
+            context.log.info(summary)
+            return dg.SensorResult(run_requests=requests)
+        return dg.SkipReason(clip(summary))
+
+    return s3rs_new_data
+
+
+def _check_table(
+    conn: Any, store: WatermarkStore, cfg: TableConfig
+) -> tuple[list[dg.RunRequest], str]:
+    src = describe(conn, cfg)
+    bound = safety_bound(conn, cfg.lag, whole_days=src.cursor_is_date)
+    record = store.read(cfg.name, now=bound.server_now)
+    result = find_new_data(conn, cfg, src, record, bound)
+    where = f"below the safety bound {iso(bound.upper)}"
+    if bound.note:
+        where += f" ({bound.note})"
+    probed = f"{len(result.probes)} index probe(s), {result.complete} complete partition(s) skipped"
+    if not src.cursor_indexed:
+        probed += f"; cursor column {src.cursor} has no index, probes scan"
+    found = result.found
+    if found is None or not found.ranges:
+        return [], f"{cfg.name}: no rows past the watermark {where} ({probed})"
+    requests = [
+        partition_request(
+            run_key=found.run_key(keys),
+            job=job_name(cfg),
+            keys=keys,
+            assets=[asset_key(cfg, "s3_parquet"), asset_key(cfg, "redshift_table")],
+            tags={TABLE_TAG: cfg.name, TRIGGER_TAG: NEW_DATA},
+            cfg=cfg,
+        )
+        for keys in found.ranges
+    ]
+    spans = ", ".join(k[0] if len(k) == 1 else f"{k[0]}..{k[-1]}" for k in found.ranges)
+    line = (
+        f"{cfg.name}: rows past the watermark {where} from {found.first_row} to "
+        f"{found.newest_row}; syncing {spans} ({probed})"
+    )
+    return requests, line
+
+
