@@ -17,6 +17,14 @@ CURSOR_NAME = re.compile(
     r"(_?(at|time|ts|date|datetime|on|timestamp|dt))?$|^(mtime|last_modified|lastmodified)$",
     re.IGNORECASE,
 )
+#: column names that look like secrets or personal data: `discover` proposes excluding them
+SECRET_NAME = re.compile(
+    r"(^|_)(password|passwd|pwd|pass_?hash|secret|salt|api_?key|access_?key|private_?key|"
+    r"token|access_?token|refresh_?token|auth_?token|otp|ssn|social_security(_number)?|"
+    r"tax_?id|national_?id|passport(_?(no|number))?|credit_?card(_?number)?|card_?number|"
+    r"cvv|cvc|iban|pin)($|_)",
+    re.IGNORECASE,
+)
 _PREFERRED = ("update_at", "updated_at", "modified_at", "update_time", "updated_time")
 
 
@@ -112,6 +120,11 @@ def discover(conn: Any, schema: str) -> tuple[list[dict[str, Any]], list[tuple[s
             "indexed": cursor.name.lower() in idx,
             "nullable": cursor.nullable,
             "others": [c.name for c in named[1:]],
+            "secrets": [
+                c.name
+                for c in cols
+                if SECRET_NAME.search(c.name) and c.name not in pk and c is not cursor
+            ],
         }
         usable.append(entry)
     return usable, skipped
@@ -138,6 +151,12 @@ def render_discovery(
             lines.append(
                 f"    # {e['cursor']} is nullable: rows with NULL are reported, not copied"
             )
+        if e.get("secrets"):
+            lines.append(
+                "    # these columns look like secrets or personal data: excluded columns are "
+                "never read from MySQL"
+            )
+            lines.append(f"    exclude_columns: [{', '.join(e['secrets'])}]")
         if e["others"]:
             lines.append(f"    # other candidate cursors: {', '.join(e['others'])}")
         lines.append("    start: 2025-01-01  # first partition; set it to the oldest data you need")

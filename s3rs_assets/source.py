@@ -74,6 +74,7 @@ def describe(conn: pymysql.connections.Connection, cfg: TableConfig) -> SourceTa
             )
             for r in rows
         ]
+        columns = _drop_excluded(cfg, columns)
         by_name = {c.name.lower(): c for c in columns}
         for c in columns:
             column_type(c)  # raises for a type we cannot carry
@@ -116,6 +117,12 @@ def describe(conn: pymysql.connections.Connection, cfg: TableConfig) -> SourceTa
                     f"table {cfg.name} has no primary key: set primary_key in tables.yaml to "
                     "columns that identify a row"
                 )
+            hidden = [k for k in pk if k.lower() not in by_name]
+            if hidden:
+                raise SourceSchemaError(
+                    f"table {cfg.name}: exclude_columns names primary key column(s) {hidden}: "
+                    "s3rs needs the key to checkpoint and merge rows"
+                )
         cur.execute(
             "SELECT COUNT(*) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s "
             "AND TABLE_NAME = %s AND COLUMN_NAME = %s AND SEQ_IN_INDEX = 1",
@@ -123,6 +130,24 @@ def describe(conn: pymysql.connections.Connection, cfg: TableConfig) -> SourceTa
         )
         indexed = cur.fetchone()[0] > 0
     return SourceTable(cfg.schema, cfg.table, columns, pk, cursor_col.name, indexed)
+
+
+def _drop_excluded(cfg: TableConfig, columns: list[SourceColumn]) -> list[SourceColumn]:
+    """`columns` without the table's `exclude_columns`; an excluded name MySQL does not
+    know is a configuration error (a typo would otherwise copy the secret it meant to
+    keep out). Excluded columns are not type-checked: excluding one is also how a column
+    of a type s3rs cannot carry is left behind."""
+    if not cfg.exclude_columns:
+        return columns
+    known = {c.name.lower() for c in columns}
+    unknown = [n for n in cfg.exclude_columns if n.lower() not in known]
+    if unknown:
+        raise SourceSchemaError(
+            f"table {cfg.name}: exclude_columns names column(s) {unknown} that the table does "
+            f"not have (its columns: {', '.join(c.name for c in columns)})"
+        )
+    drop = {n.lower() for n in cfg.exclude_columns}
+    return [c for c in columns if c.name.lower() not in drop]
 
 
 @dataclass(frozen=True)

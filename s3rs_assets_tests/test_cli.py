@@ -673,7 +673,9 @@ def disc_schema(mysql_db):
         cur.execute(f"CREATE DATABASE `{name}`")
         cur.execute(f"USE `{name}`")
         cur.execute("CREATE TABLE orders (id BIGINT PRIMARY KEY, created_at DATETIME, "
-                    "updated_at DATETIME(6) NOT NULL, modified_at DATETIME, KEY (updated_at))")
+                    "updated_at DATETIME(6) NOT NULL, modified_at DATETIME, "
+                    "password_hash CHAR(60), api_key VARCHAR(40), tokens_used INT, "
+                    "KEY (updated_at))")
         cur.execute("CREATE TABLE order_lines (order_id INT, line INT, modified_at TIMESTAMP NULL, "
                     "PRIMARY KEY (order_id, line))")
         cur.execute("CREATE TABLE audit (msg TEXT, update_time DATETIME)")
@@ -694,6 +696,8 @@ def test_tables_discover(stack, disc_schema):
     assert entries[f"{disc_schema}.orders"]["cursor"] == "updated_at"  # indexed wins
     assert entries[f"{disc_schema}.orders"]["primary_key"] == ["id"]
     assert entries[f"{disc_schema}.order_lines"]["primary_key"] == ["order_id", "line"]
+    assert entries[f"{disc_schema}.orders"]["exclude_columns"] == ["password_hash", "api_key"]
+    assert "exclude_columns" not in entries[f"{disc_schema}.order_lines"]
     for e in doc["tables"]:
         TableConfig.from_dict(e)  # a ready stanza
     out = result.output
