@@ -113,6 +113,11 @@ def run_backup(
         f"{table.name}: {len(runs)} partition(s), {len(runs) - len(active)} complete and "
         f"empty, {backup.batches} checkpoint write(s)"
     )
+    if ex.zero_dates:
+        context.log.warning(
+            f"{table.name}: {ex.zero_dates} zero date(s) ('0000-00-00' or a zero month or "
+            "day) in date/time columns were copied as NULL"
+        )
     if backup.skipped:
         context.log.warning(
             f"{table.name}: row limit reached; not read: {', '.join(backup.skipped)}"
@@ -126,6 +131,7 @@ def run_backup(
         spark_seconds,
         backup.skipped,
         recovery,
+        ex.zero_dates,
     )
 
 

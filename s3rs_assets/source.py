@@ -18,10 +18,14 @@ from s3rs_assets.config import TableConfig
 from s3rs_assets.cursor import ChunkPlan, KeyColumns, SubRange, after, below, literal
 from s3rs_assets.errors import SourceSchemaError
 from s3rs_assets.identifiers import mysql_quote, mysql_table
-from s3rs_assets.types import SourceColumn, column_type, select_expr
+from s3rs_assets.types import (
+    TEMPORAL,
+    SourceColumn,
+    column_type,
+    select_expr,
+    zero_dates_expr,
+)
 from s3rs_assets.watermark import Position, SourceCounts
-
-TEMPORAL = ("datetime", "timestamp", "date")
 
 
 @dataclass(frozen=True)
@@ -44,7 +48,11 @@ class SourceTable:
         return mysql_table(self.schema, self.table)
 
     def select_list(self, reader: str = "jdbc") -> str:
-        return ", ".join(select_expr(c, reader) for c in self.columns)
+        """What a reader selects: every carried column, then the zero-date count."""
+        keys = (self.cursor, *self.primary_key)
+        exprs = [select_expr(c, reader, key=c.name in keys) for c in self.columns]
+        zero = zero_dates_expr(self.columns, keys)
+        return ", ".join([*exprs, zero] if zero else exprs)
 
 
 def describe(conn: pymysql.connections.Connection, cfg: TableConfig) -> SourceTable:

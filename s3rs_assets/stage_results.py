@@ -45,6 +45,7 @@ class BackupOutput:
     spark_seconds: float = 0.0
     skipped: list[str] = field(default_factory=list)
     recovery: dict[str, Any] | None = None  # set when this run restored a lost watermark
+    zero_dates: int = 0  # zero / zero-in-date values in non-key date columns, read as NULL
 
     @property
     def rows(self) -> int:
@@ -161,6 +162,7 @@ def backup_run_metadata(out: BackupOutput, record: WatermarkRecord) -> Metadata:
         "spark_startup_seconds": dg.MetadataValue.float(round(out.spark_seconds, 3)),
         "run_partial_partitions": dg.MetadataValue.json(partial),
         "skipped_partitions": dg.MetadataValue.json(out.skipped),
+        "zero_dates_as_null": dg.MetadataValue.int(out.zero_dates),
         **{k: dg.MetadataValue.int(v) for k, v in out.anomalies.metadata().items()},
         "latest_future_cursor": dg.MetadataValue.text(iso(out.anomalies.latest_future) or "-"),
         "safety_bound": dg.MetadataValue.json(out.bound.metadata()),

@@ -25,7 +25,7 @@ from s3rs_assets.identifiers import mysql_quote, mysql_table, pg_quote, pg_table
 from s3rs_assets.load import LoadTarget
 from s3rs_assets.load.sql import warehouse_type
 from s3rs_assets.reconcile.keys import INTEGER_TYPES, Segment, Split
-from s3rs_assets.types import SourceColumn
+from s3rs_assets.types import TEMPORAL, SourceColumn, invalid_date
 from s3rs_assets.verify import mysql_field, mysql_row_hash, warehouse_field, warehouse_row_hash
 
 Side = Literal["mysql", "postgres", "redshift"]
@@ -224,8 +224,8 @@ def mysql_select_list(target: LoadTarget) -> str:
     out = []
     for c in target.columns:
         q = mysql_quote(c.name)
-        if c.data_type in ("datetime", "timestamp", "date"):
-            out.append(f"IF({q} = 0, NULL, {q}) AS {q}")
+        if c.data_type in TEMPORAL:
+            out.append(f"IF({invalid_date(q)}, NULL, {q}) AS {q}")
         elif c.data_type in ("bit", "year") or c.column_type.startswith("tinyint(1)"):
             out.append(f"CAST({q} AS UNSIGNED) AS {q}")
         elif c.data_type == "float":  # the text protocol would round it to 6 digits
