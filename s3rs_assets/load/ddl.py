@@ -167,7 +167,8 @@ def plan_target_ddl(
         raise SourceSchemaError(
             f"table {target.qualified} (source {target.source_name}): incompatible source "
             f"schema change: {'; '.join(problems)} (only widening is applied: longer VARCHAR "
-            "or VARBYTE, more DECIMAL precision with the same scale, SMALLINT -> INTEGER -> BIGINT). "
+            "or VARBYTE, more DECIMAL precision with the same scale, SMALLINT -> INTEGER -> "
+            "BIGINT). "
             "The target was left unchanged; this table is stopped until it is fixed by hand."
         )
     return groups
