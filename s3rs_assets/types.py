@@ -9,7 +9,8 @@ type table is generated from `MAPPING_DOC`.
 Exactness rules: DECIMAL keeps (p, s); DATETIME/TIMESTAMP keep microseconds and are stored
 naive, in the source's time zone; BIGINT UNSIGNED does not fit BIGINT and becomes
 DECIMAL(20,0) (so does BIT(64)); TINYINT(1) is MySQL's boolean; TIME can exceed 24 h and
-stays text; MariaDB's UUID/INET6/INET4 travel as their canonical text; zero dates become
+stays text; MariaDB's UUID/INET6/INET4 travel as their canonical text; spatial values as
+WKB (Redshift GEOMETRY, built with ST_GeomFromWKB by the merge); zero dates become
 NULL and are counted (`zero_dates_expr`).
 """
 
@@ -51,8 +52,15 @@ class ColumnType:
     select_cast: str | None = None  # MySQL CAST target applied when reading, if any
 
     @property
+    def spatial(self) -> bool:
+        return self.warehouse == "GEOMETRY"
+
+    @property
     def postgres(self) -> str:
-        return "BYTEA" if self.warehouse.startswith("VARBYTE") else self.warehouse
+        """PostgreSQL's type: binary values (and WKB geometries) as BYTEA."""
+        if self.warehouse.startswith("VARBYTE") or self.spatial:
+            return "BYTEA"
+        return self.warehouse
 
 
 def _varchar(col: SourceColumn) -> str:
@@ -62,6 +70,16 @@ def _varchar(col: SourceColumn) -> str:
 
 
 _TEXT = {"tinytext", "text", "mediumtext", "longtext", "json", "enum", "set"}
+SPATIAL = {
+    "geometry",
+    "point",
+    "linestring",
+    "polygon",
+    "multipoint",
+    "multilinestring",
+    "multipolygon",
+    "geometrycollection",
+}
 #: MariaDB types carried as their text form, with its longest length in bytes
 _TEXT_FORMS = {"uuid": 36, "inet6": 45, "inet4": 15}
 #: Redshift VARBYTE length per binary type: up to 16 MB (its maximum; MEDIUMBLOB's size)
@@ -124,6 +142,8 @@ def column_type(col: SourceColumn) -> ColumnType:
     if t == "time":
         # "-838:59:59.000000" is 17 bytes
         return ColumnType(pa.string(), "VARCHAR(20)", select_cast="CHAR")
+    if t in SPATIAL:  # WKB, as MySQL's ST_AsBinary writes it (the SRID is not carried)
+        return ColumnType(pa.binary(), "GEOMETRY")
     if t in _TEXT_FORMS:  # MariaDB's UUID, INET6, INET4: their canonical text
         return ColumnType(pa.string(), f"VARCHAR({_TEXT_FORMS[t]})", select_cast="CHAR")
     if t in ("char", "varchar"):
@@ -160,6 +180,8 @@ def select_expr(col: SourceColumn, reader: str = "jdbc", key: bool = False) -> s
     stay bare for JDBC: its predicates apply to the select list and must hit the index.
     """
     q = mysql_quote(col.name)
+    if col.data_type in SPATIAL:
+        return f"ST_AsBinary({q}) AS {q}"
     if col.data_type in TEMPORAL and not (key and reader == "jdbc"):
         return f"IF({invalid_date(q)}, NULL, {q}) AS {q}"
     if reader == "connectorx" and col.data_type in ("decimal", "time", "year"):
@@ -204,4 +226,9 @@ MAPPING_DOC: list[tuple[str, str, str]] = [
     ("UUID, INET6, INET4 (MariaDB)", "string (canonical text)", "VARCHAR(36 / 45 / 15)"),
     ("BINARY, VARBINARY, TINYBLOB, BLOB", "binary", "VARBYTE(65535) (BYTEA on PostgreSQL)"),
     ("MEDIUMBLOB, LONGBLOB", "binary", "VARBYTE(16777216) (BYTEA on PostgreSQL)"),
+    (
+        "GEOMETRY, POINT, POLYGON, … (spatial)",
+        "binary (WKB of ST_AsBinary)",
+        "GEOMETRY (BYTEA holding the WKB on PostgreSQL)",
+    ),
 ]

@@ -63,6 +63,8 @@ class PartitionCheck:
 def _mysql_text(col: SourceColumn) -> str:
     q = mysql_quote(col.name)
     t = column_type(col).warehouse
+    if t == "GEOMETRY":  # the WKB the readers carry
+        return f"LOWER(HEX(ST_AsBinary({q})))"
     if t == "TIMESTAMP":
         return f"DATE_FORMAT({q}, '%%Y-%%m-%%d %%H:%%i:%%s.%%f')"
     if t == "DATE":
@@ -81,6 +83,8 @@ def _mysql_text(col: SourceColumn) -> str:
 def _warehouse_text(col: SourceColumn, dialect: Dialect) -> str:
     q = pg_quote(col.name)
     t = column_type(col).warehouse
+    if t == "GEOMETRY":  # BYTEA of WKB on PostgreSQL, GEOMETRY on Redshift
+        return f"ENCODE({q}, 'hex')" if dialect == "postgres" else f"TO_HEX(ST_AsBinary({q}))"
     if t == "TIMESTAMP":
         return f"TO_CHAR({q}, 'YYYY-MM-DD HH24:MI:SS.US')"
     if t == "DATE":

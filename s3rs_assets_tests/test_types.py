@@ -124,8 +124,8 @@ def test_varchar_is_sized_in_bytes_and_capped():
 
 
 def test_unmappable_types_are_refused_by_name():
-    with pytest.raises(SourceSchemaError, match="'shape'.*geometry"):
-        column_type(SourceColumn("shape", "geometry", "geometry"))
+    with pytest.raises(SourceSchemaError, match="'shape'.*'vector.*cannot map"):
+        column_type(SourceColumn("shape", "vector", "vector(3)"))
     with pytest.raises(SourceSchemaError, match="DECIMAL\\(65,2\\)"):
         column_type(SourceColumn("big", "decimal", "decimal(65,2)", precision=65, scale=2))
 
