@@ -6,7 +6,7 @@ cursor, a chunk size, a parallelism and a reader; syncs it; updates and inserts 
 moved to a later partition, some onto an existing timestamp); syncs again; and after each
 sync compares every column of every row between MySQL and PostgreSQL.
 
-Two examples run in the normal suite (about 30 s each on a loaded 2-core machine);
+Three examples run in the normal suite (10-30 s each on a 2-core machine, more when loaded);
 `S3RS_HYPOTHESIS_EXAMPLES=50` runs more.
 """
 
@@ -33,7 +33,7 @@ from s3rs_assets.resources import S3Resource
 from s3rs_assets_tests.conftest import MYSQL_HOST, MYSQL_PORT
 from s3rs_assets_tests.helpers import resources, table_cfg
 
-EXAMPLES = int(os.environ.get("S3RS_HYPOTHESIS_EXAMPLES", "2"))  # ~30 s each
+EXAMPLES = int(os.environ.get("S3RS_HYPOTHESIS_EXAMPLES", "3"))
 DAY = datetime(2025, 3, 1)
 #: key column kinds: DDL, and a strategy for its values
 KEY_KINDS: dict[str, tuple[str, st.SearchStrategy]] = {
