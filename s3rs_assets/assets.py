@@ -162,6 +162,11 @@ def run_backup(
         record_failure(store, table.name, "mysql", e)
         raise
     _log_partitions(context, table.name, backup, runs)
+    if ex.zero_dates:
+        context.log.warning(
+            f"{table.name}: {ex.zero_dates} zero date(s) ('0000-00-00' or a zero month or "
+            "day) in date/time columns were copied as NULL"
+        )
     return BackupOutput(
         table.name,
         runs,
@@ -174,6 +179,7 @@ def run_backup(
         retries,
         context.retry_number,
         spark_app,
+        ex.zero_dates,
     )
 
 

@@ -35,6 +35,7 @@ _KNOWN_KEYS = {
     "parallelism",
     "reader",
     "deletes",
+    "exclude_columns",
 }
 
 
@@ -68,6 +69,8 @@ class TableConfig:
     reader: Literal["connectorx", "jdbc"] = "connectorx"
     #: how reconcile removes rows deleted in MySQL: delete them, or stamp _s3rs_deleted_at
     deletes: Literal["hard", "soft"] = "hard"
+    #: columns never selected from MySQL (secrets, PII): absent from S3 and the warehouse
+    exclude_columns: tuple[str, ...] = ()
 
     @property
     def schema(self) -> str:
@@ -140,6 +143,7 @@ class TableConfig:
             raise ConfigError(f"table {name}: deletes must be 'hard' or 'soft', not {deletes!r}")
         target = raw.get("target") or name
         split_qualified(target, f"table {name}: target")
+        excluded = _exclude_columns(raw.get("exclude_columns"), name, cursor, pk)
         return cls(
             name=name,
             cursor=cursor,
@@ -152,7 +156,39 @@ class TableConfig:
             parallelism=parallelism,
             reader=reader,
             deletes=deletes,
+            exclude_columns=excluded,
         )
+
+
+def _exclude_columns(
+    value: object, name: str, cursor: str, pk: tuple[str, ...] | None
+) -> tuple[str, ...]:
+    """The validated `exclude_columns` list. Names are compared case-insensitively, as
+    MySQL compares column names; the cursor and key columns cannot be excluded (every
+    read, checkpoint and merge needs them). Whether the columns exist is checked against
+    MySQL's catalog by `source.describe`, before any row is read."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not value:
+        raise ConfigError(
+            f"table {name}: exclude_columns must be a non-empty list of column names"
+        )
+    names = tuple(check_identifier(c, f"table {name}: exclude_columns entry") for c in value)
+    folded = [n.lower() for n in names]
+    twice = sorted({n for n in names if folded.count(n.lower()) > 1})
+    if twice:
+        raise ConfigError(f"table {name}: exclude_columns lists {twice} more than once")
+    needed = {cursor.lower(): "the cursor"}
+    needed.update({k.lower(): "a primary key column" for k in pk or ()})
+    refused = [f"{n!r} ({needed[n.lower()]})" for n in names if n.lower() in needed]
+    if refused:
+        raise ConfigError(
+            f"table {name}: exclude_columns cannot exclude {', '.join(refused)}: s3rs needs "
+            "the cursor and the primary key to read, checkpoint and merge rows"
+        )
+    return names
 
 
 def tables_path() -> Path:

@@ -28,6 +28,14 @@ CURSOR_NAME = re.compile(
     r"(_?(at|time|ts|date|datetime|on|timestamp|dt))?$|^(mtime|last_modified|lastmodified)$",
     re.IGNORECASE,
 )
+#: column names that look like secrets or personal data: `discover` proposes excluding them
+SECRET_NAME = re.compile(
+    r"(^|_)(password|passwd|pwd|pass_?hash|secret|salt|api_?key|access_?key|private_?key|"
+    r"token|access_?token|refresh_?token|auth_?token|otp|ssn|social_security(_number)?|"
+    r"tax_?id|national_?id|passport(_?(no|number))?|credit_?card(_?number)?|card_?number|"
+    r"cvv|cvc|iban|pin)($|_)",
+    re.IGNORECASE,
+)
 _PREFERRED = ("update_at", "updated_at", "modified_at", "update_time", "updated_time")
 
 
@@ -76,7 +84,7 @@ def _introspect(conn: Any, schema: str) -> tuple[list, dict, dict, dict]:
 
 def discover(conn: Any, schema: str) -> tuple[list[dict[str, Any]], list[tuple[str, str]]]:
     """(usable tables as tables.yaml entries, [(table, why left out)]); each entry is
-    profiled (rows, cursor span, proposed partition size, sensitive-looking columns).
+    profiled (rows, cursor span, proposed partition size, secret-looking columns).
     Long on purpose: one pass over the catalog rows, each a tables.yaml stanza or a reason."""
     check_identifier(schema, "schema")
     found, columns, pks, leading = _introspect(conn, schema)
@@ -129,10 +137,10 @@ def discover(conn: Any, schema: str) -> tuple[list[dict[str, Any]], list[tuple[s
             "indexed": cursor.name.lower() in idx,
             "nullable": cursor.nullable,
             "others": [c.name for c in named[1:]],
-            "sensitive": [
+            "secrets": [
                 c.name
                 for c in cols
-                if SENSITIVE.search(c.name) and c.name not in (*pk, cursor.name)
+                if SECRET_NAME.search(c.name) and c.name not in pk and c is not cursor
             ],
         }
         usable.append(entry)
@@ -202,17 +210,6 @@ def propose_partition(
     )
 
 
-# ------------------------------------------------------------------- sensitive columns
-
-#: Column names that look like secrets or personal data: suggested for `exclude_columns`.
-SENSITIVE = re.compile(
-    r"passw|passwd|(^|_)pwd($|_)|secret|token|api_?key|access_?key|private_?key|"
-    r"(^|_)ssn($|_)|social_?security|credit_?card|card_?(number|num|no)($|_)|(^|_)cvv|"
-    r"(^|_)cvc|(^|_)iban($|_)|passport|national_?id|tax_?id",
-    re.IGNORECASE,
-)
-
-
 def render_discovery(
     schema: str, usable: list[dict[str, Any]], skipped: list[tuple[str, str]]
 ) -> str:
@@ -234,13 +231,14 @@ def render_discovery(
             lines.append(
                 f"    # {e['cursor']} is nullable: rows with NULL are reported, not copied"
             )
+        if e.get("secrets"):
+            lines.append(
+                "    # these columns look like secrets or personal data: excluded columns are "
+                "never read from MySQL"
+            )
+            lines.append(f"    exclude_columns: [{', '.join(e['secrets'])}]")
         if e["others"]:
             lines.append(f"    # other candidate cursors: {', '.join(e['others'])}")
-        if e.get("sensitive"):
-            lines.append(
-                f"    # exclude_columns: [{', '.join(e['sensitive'])}]  # names look like "
-                "secrets or personal data: left out of S3 and the warehouse if uncommented"
-            )
         if e.get("first") is not None:
             lines.append(f"    start: {e['first']:%Y-%m-%d}  # the oldest row's day")
         else:

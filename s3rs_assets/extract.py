@@ -25,7 +25,12 @@ import pyarrow as pa
 from s3rs_assets.cursor import SubRange, position_token
 from s3rs_assets.errors import ConfigError, IntegrityError
 from s3rs_assets.source import SourceTable
-from s3rs_assets.types import arrow_schema, decimal_from_unscaled, reads_unscaled
+from s3rs_assets.types import (
+    ZERO_DATES_COLUMN,
+    arrow_schema,
+    decimal_from_unscaled,
+    reads_unscaled,
+)
 from s3rs_assets.watermark import FileEntry, Position
 
 
@@ -42,6 +47,7 @@ def manifest_schema(cursor_date: bool = False) -> pa.Schema:
             ("md5", pa.string()),
             ("cursor_min", cursor),
             ("cursor_max", cursor),
+            ("zero_dates", pa.int64()),
         ]
     )
 
@@ -109,8 +115,20 @@ def store_object(
     import pyarrow.compute as pc
 
     schema = pa.ipc.read_schema(pa.py_buffer(spec.schema_ipc))
+    zero_dates = 0
+    if ZERO_DATES_COLUMN in table.column_names:  # counted, then left out of the file
+        zero_dates = int(pc.sum(table.column(ZERO_DATES_COLUMN).cast(pa.int64())).as_py() or 0)
     # cast() refuses lossy conversions (e.g. a decimal that would need rounding)
-    table = pa.table([table.column(f.name).cast(f.type) for f in schema], schema=schema)
+    columns = []
+    for f in schema:
+        try:
+            columns.append(table.column(f.name).cast(f.type))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+            raise IntegrityError(
+                f"{key}: column {f.name!r} read as {table.column(f.name).type} does not convert "
+                f"exactly to {f.type}: {e}"
+            ) from None
+    table = pa.table(columns, schema=schema)
     size, md5 = upload_parquet(client, spec.bucket, key, table)
     cursor = table.column(spec.cursor)
     return pa.RecordBatch.from_pydict(
@@ -122,6 +140,7 @@ def store_object(
             "md5": [md5],
             "cursor_min": [pc.min(cursor).as_py()],
             "cursor_max": [pc.max(cursor).as_py()],
+            "zero_dates": [zero_dates],
         },
         schema=manifest_schema(spec.cursor_date),
     )
@@ -212,6 +231,12 @@ class Extractor:
             # the session may have changed zone since it was made (shared, Spark Connect)
             check_utc(spark, f"{table_name}: cannot read its DATETIME/TIMESTAMP columns "
                       "through Spark JDBC")
+        #: zero dates (and zero-in-date values) read as NULL so far: reported by the run
+        self.zero_dates = 0
+        if reader == "jdbc":
+            # Spark pads CHAR(n), ENUM and SET values (the driver reports them as CHAR) to
+            # n characters when reading; MySQL returns them unpadded.
+            spark.conf.set("spark.sql.readSideCharPadding", "false")
 
     def object_key(self, partition_key: str, start: Position) -> str:
         return self.s3.layout.data_object(
@@ -281,6 +306,7 @@ class Extractor:
                 cursor_min=r["cursor_min"],
                 cursor_max=r["cursor_max"],
             )
+            self.zero_dates += r["zero_dates"]
         self.verify([f for f in files if f is not None])
         return files
 
@@ -362,5 +388,6 @@ def _spark_manifest_schema(cursor_date: bool) -> Any:
             StructField("md5", StringType()),
             StructField("cursor_min", cursor),
             StructField("cursor_max", cursor),
+            StructField("zero_dates", LongType()),
         ]
     )

@@ -27,10 +27,14 @@ from s3rs_assets.config import TableConfig
 from s3rs_assets.cursor import ChunkPlan, KeyColumns, SubRange, after, below, literal
 from s3rs_assets.errors import ConfigError, SourceSchemaError
 from s3rs_assets.identifiers import mysql_quote, mysql_table
-from s3rs_assets.types import SourceColumn, column_type, select_expr
+from s3rs_assets.types import (
+    TEMPORAL,
+    SourceColumn,
+    column_type,
+    select_expr,
+    zero_dates_expr,
+)
 from s3rs_assets.watermark import Position, SourceCounts
-
-TEMPORAL = ("datetime", "timestamp", "date")
 
 
 @dataclass(frozen=True)
@@ -58,7 +62,11 @@ class SourceTable:
         return mysql_table(self.schema, self.table)
 
     def select_list(self, reader: str = "jdbc") -> str:
-        return ", ".join(select_expr(c, reader) for c in self.columns)
+        """What a reader selects: every carried column, then the zero-date count."""
+        keys = (self.cursor, *self.primary_key)
+        exprs = [select_expr(c, reader, key=c.name in keys) for c in self.columns]
+        zero = zero_dates_expr(self.columns, keys)
+        return ", ".join([*exprs, zero] if zero else exprs)
 
 
 def describe(conn: pymysql.connections.Connection, cfg: TableConfig) -> SourceTable:
@@ -90,6 +98,7 @@ def describe(conn: pymysql.connections.Connection, cfg: TableConfig) -> SourceTa
             )
             for r in rows
         ]
+        columns = _drop_excluded(cfg, columns)
         by_name = {c.name.lower(): c for c in columns}
         for c in columns:
             column_type(c)  # raises for a type we cannot carry
@@ -131,6 +140,12 @@ def describe(conn: pymysql.connections.Connection, cfg: TableConfig) -> SourceTa
                 raise SourceSchemaError(
                     f"table {cfg.name} has no primary key: set primary_key in tables.yaml to "
                     "columns that identify a row"
+                )
+            hidden = [k for k in pk if k.lower() not in by_name]
+            if hidden:
+                raise SourceSchemaError(
+                    f"table {cfg.name}: exclude_columns names primary key column(s) {hidden}: "
+                    "s3rs needs the key to checkpoint and merge rows"
                 )
         cur.execute(
             "SELECT COUNT(*) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s "
@@ -201,6 +216,24 @@ def check_clock(conn: pymysql.connections.Connection, src: SourceTable) -> str:
         f"as {configured} wall-clock time. If the application writes it with NOW(), "
         "set S3RS_SOURCE_TIMEZONE to the server's zone"
     )
+
+
+def _drop_excluded(cfg: TableConfig, columns: list[SourceColumn]) -> list[SourceColumn]:
+    """`columns` without the table's `exclude_columns`; an excluded name MySQL does not
+    know is a configuration error (a typo would otherwise copy the secret it meant to
+    keep out). Excluded columns are not type-checked: excluding one is also how a column
+    of a type s3rs cannot carry is left behind."""
+    if not cfg.exclude_columns:
+        return columns
+    known = {c.name.lower() for c in columns}
+    unknown = [n for n in cfg.exclude_columns if n.lower() not in known]
+    if unknown:
+        raise SourceSchemaError(
+            f"table {cfg.name}: exclude_columns names column(s) {unknown} that the table does "
+            f"not have (its columns: {', '.join(c.name for c in columns)})"
+        )
+    drop = {n.lower() for n in cfg.exclude_columns}
+    return [c for c in columns if c.name.lower() not in drop]
 
 
 @dataclass(frozen=True)

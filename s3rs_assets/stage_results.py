@@ -55,6 +55,7 @@ class BackupOutput:
     retries: Retries = field(default_factory=Retries)  # transient errors retried in the step
     step_retries: int = 0  # Dagster's retries of the step before this attempt
     spark_app: str = ""  # "<master> <application id>": which Spark the run used
+    zero_dates: int = 0  # zero / zero-in-date values in non-key date columns, read as NULL
 
     @property
     def rows(self) -> int:
@@ -189,6 +190,7 @@ def backup_run_metadata(out: BackupOutput, record: WatermarkRecord) -> Metadata:
         "spark_application": dg.MetadataValue.text(out.spark_app or "-"),
         "run_partial_partitions": dg.MetadataValue.json(partial),
         "skipped_partitions": dg.MetadataValue.json(out.skipped),
+        "zero_dates_as_null": dg.MetadataValue.int(out.zero_dates),
         **{k: dg.MetadataValue.int(v) for k, v in out.anomalies.metadata().items()},
         "latest_future_cursor": dg.MetadataValue.text(iso(out.anomalies.latest_future) or "-"),
         "safety_bound": dg.MetadataValue.json(out.bound.metadata()),

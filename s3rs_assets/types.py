@@ -8,7 +8,10 @@ type table is generated from `MAPPING_DOC`.
 
 Exactness rules: DECIMAL keeps (p, s); DATETIME/TIMESTAMP keep microseconds and are stored
 naive, in the source's time zone; BIGINT UNSIGNED does not fit BIGINT and becomes
-DECIMAL(20,0); TINYINT(1) is MySQL's boolean; TIME can exceed 24 h and stays text.
+DECIMAL(20,0) (so does BIT(64)); TINYINT(1) is MySQL's boolean; TIME can exceed 24 h and
+stays text; MariaDB's UUID/INET6/INET4 travel as their canonical text; spatial values as
+WKB (Redshift GEOMETRY, built with ST_GeomFromWKB by the merge); zero dates become
+NULL and are counted (`zero_dates_expr`).
 """
 
 from __future__ import annotations
@@ -53,8 +56,15 @@ class ColumnType:
     select_cast: str | None = None  # MySQL CAST target applied when reading, if any
 
     @property
+    def spatial(self) -> bool:
+        return self.warehouse == "GEOMETRY"
+
+    @property
     def postgres(self) -> str:
-        return "BYTEA" if self.warehouse.startswith("VARBYTE") else self.warehouse
+        """PostgreSQL's type: binary values (and WKB geometries) as BYTEA."""
+        if self.warehouse.startswith("VARBYTE") or self.spatial:
+            return "BYTEA"
+        return self.warehouse
 
 
 def _varchar(col: SourceColumn) -> str:
@@ -64,7 +74,28 @@ def _varchar(col: SourceColumn) -> str:
 
 
 _TEXT = {"tinytext", "text", "mediumtext", "longtext", "json", "enum", "set"}
-_BINARY = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
+SPATIAL = {
+    "geometry",
+    "point",
+    "linestring",
+    "polygon",
+    "multipoint",
+    "multilinestring",
+    "multipolygon",
+    "geometrycollection",
+}
+#: MariaDB types carried as their text form, with its longest length in bytes
+_TEXT_FORMS = {"uuid": 36, "inet6": 45, "inet4": 15}
+#: Redshift VARBYTE length per binary type: up to 16 MB (its maximum; MEDIUMBLOB's size)
+VARBYTE_MAX = 16_777_216
+_BINARY = {
+    "binary": VARCHAR_MAX,
+    "varbinary": VARCHAR_MAX,
+    "tinyblob": VARCHAR_MAX,
+    "blob": VARCHAR_MAX,
+    "mediumblob": VARBYTE_MAX,
+    "longblob": VARBYTE_MAX,
+}
 
 
 def column_type(col: SourceColumn) -> ColumnType:
@@ -73,8 +104,10 @@ def column_type(col: SourceColumn) -> ColumnType:
     if t == "tinyint" and col.column_type.startswith("tinyint(1)"):
         return ColumnType(pa.bool_(), "BOOLEAN")
     if t == "bit":
-        if col.column_type in ("bit(1)", "bit"):
-            return ColumnType(pa.bool_(), "BOOLEAN")
+        if col.column_type in ("bit(1)", "bit"):  # as a number: connectorx reads raw bytes
+            return ColumnType(pa.bool_(), "BOOLEAN", select_cast="UNSIGNED")
+        if col.column_type == "bit(64)":  # up to 2^64 - 1: BIGINT UNSIGNED's range
+            return ColumnType(pa.decimal128(20, 0), "DECIMAL(20,0)", select_cast="UNSIGNED")
         return ColumnType(pa.int64(), "BIGINT", select_cast="UNSIGNED")
     if t == "tinyint":
         return ColumnType(pa.int16(), "SMALLINT")
@@ -98,7 +131,8 @@ def column_type(col: SourceColumn) -> ColumnType:
         p, s = col.precision or 10, col.scale or 0
         if p > 38:
             raise SourceSchemaError(
-                f"column {col.name!r} is DECIMAL({p},{s}): Redshift holds at most 38 digits"
+                f"column {col.name!r} is DECIMAL({p},{s}): Redshift holds at most 38 digits "
+                "(list it in exclude_columns to sync the rest of the table)"
             )
         return ColumnType(pa.decimal128(p, s), f"DECIMAL({p},{s})")
     if t == "float":
@@ -112,36 +146,55 @@ def column_type(col: SourceColumn) -> ColumnType:
     if t == "time":
         # "-838:59:59.000000" is 17 bytes
         return ColumnType(pa.string(), "VARCHAR(20)", select_cast="CHAR")
+    if t in SPATIAL:  # WKB, as MySQL's ST_AsBinary writes it (the SRID is not carried)
+        return ColumnType(pa.binary(), "GEOMETRY")
+    if t in _TEXT_FORMS:  # MariaDB's UUID, INET6, INET4: their canonical text
+        return ColumnType(pa.string(), f"VARCHAR({_TEXT_FORMS[t]})", select_cast="CHAR")
     if t in ("char", "varchar"):
         return ColumnType(pa.string(), _varchar(col))
     if t in _TEXT:
         return ColumnType(pa.string(), f"VARCHAR({VARCHAR_MAX})", select_cast=None)
     if t in _BINARY:
-        return ColumnType(pa.binary(), f"VARBYTE({VARCHAR_MAX})")
+        return ColumnType(pa.binary(), f"VARBYTE({_BINARY[t]})")
     raise SourceSchemaError(
         f"column {col.name!r} has type {col.column_type!r}, which s3rs cannot map"
     )
 
 
-def select_expr(col: SourceColumn, reader: str = "jdbc") -> str:
+TEMPORAL = ("datetime", "timestamp", "date")
+#: the extra column a reader selects: how many zero dates the row's other columns hold
+ZERO_DATES_COLUMN = "s3rs_zero_dates"
+
+
+def invalid_date(q: str) -> str:
+    """True for MySQL's zero date and zero-in-date values ('2024-00-15', '2024-02-00'),
+    which a lax sql_mode lets in and no other database can hold."""
+    return f"(MONTH({q}) = 0 OR DAYOFMONTH({q}) = 0)"
+
+
+def select_expr(col: SourceColumn, reader: str = "jdbc", key: bool = False) -> str:
     """The expression `reader` selects for `col`, aliased back to its own name.
 
     JDBC gets TIME/YEAR/BIT cast so the driver cannot turn them into timestamps or dates.
     connectorx (which forces every decimal into one precision and scale and fails on
     others) gets DECIMAL(p<=18,s) as its unscaled BIGINT `value * 10^s` (MySQL's DECIMAL
-    arithmetic is exact; `decimal_from_unscaled` rebuilds the value), wider DECIMAL as
-    text, cast back to the exact DECIMAL(p,s) in Arrow, which refuses any loss, and zero
-    dates as NULL (it panics on them).
+    arithmetic is exact; `decimal_from_unscaled` rebuilds the value) and wider DECIMAL as
+    text, cast back to the exact DECIMAL(p,s) in Arrow, which refuses any loss. Zero dates
+    and zero-in-date values are read as NULL by both readers (connectorx panics on them, the
+    JDBC driver would roll '2024-00-15' over to 2023-12-15) and counted (`zero_dates_expr`).
+    Key columns (`key`) stay bare for JDBC: its predicates apply to the select list and must
+    hit the index. Spatial columns are read as WKB.
     """
     q = mysql_quote(col.name)
-    if reader == "connectorx":
-        if reads_unscaled(col):
-            scale = "1" + "0" * (col.scale or 0)  # an integer literal: DECIMAL arithmetic
-            return f"CAST({q} * {scale} AS SIGNED) AS {q}"
-        if col.data_type in ("decimal", "time", "year"):
-            return f"CAST({q} AS CHAR) AS {q}"
-        if col.data_type in ("datetime", "timestamp", "date"):
-            return f"IF({q} = 0, NULL, {q}) AS {q}"
+    if col.data_type in SPATIAL:
+        return f"ST_AsBinary({q}) AS {q}"
+    if col.data_type in TEMPORAL and not (key and reader == "jdbc"):
+        return f"IF({invalid_date(q)}, NULL, {q}) AS {q}"
+    if reader == "connectorx" and reads_unscaled(col):
+        scale = "1" + "0" * (col.scale or 0)  # an integer literal: DECIMAL arithmetic
+        return f"CAST({q} * {scale} AS SIGNED) AS {q}"
+    if reader == "connectorx" and col.data_type in ("decimal", "time", "year"):
+        return f"CAST({q} AS CHAR) AS {q}"
     cast = column_type(col).select_cast
     return f"CAST({q} AS {cast}) AS {q}" if cast else q
 
@@ -165,6 +218,20 @@ def decimal_from_unscaled(values: pa.Array | pa.ChunkedArray, typ: pa.Decimal128
     return pa.Array.from_buffers(typ, len(arr), [validity, pa.py_buffer(words)])
 
 
+def zero_dates_expr(columns: list[SourceColumn], keys: tuple[str, ...]) -> str | None:
+    """How many zero (or zero-in-date) values a row holds in its non-key date columns, as
+    `ZERO_DATES_COLUMN`; None when the table has no such column. Those values travel as
+    NULL: the count is reported, so the change is never silent."""
+    terms = [
+        f"IF({invalid_date(mysql_quote(c.name))}, 1, 0)"
+        for c in columns
+        if c.data_type in TEMPORAL and c.name not in keys
+    ]
+    if not terms:
+        return None
+    return f"({' + '.join(terms)}) AS {mysql_quote(ZERO_DATES_COLUMN)}"
+
+
 def arrow_schema(columns: list[SourceColumn]) -> pa.Schema:
     return pa.schema([pa.field(c.name, column_type(c).arrow, nullable=True) for c in columns])
 
@@ -174,8 +241,8 @@ MAPPING_DOC: list[tuple[str, str, str]] = [
     ("TINYINT(1), BIT(1)", "bool", "BOOLEAN"),
     ("TINYINT, SMALLINT", "int16", "SMALLINT"),
     ("SMALLINT UNSIGNED, MEDIUMINT, INT", "int32", "INTEGER"),
-    ("INT UNSIGNED, BIGINT, BIT(n)", "int64", "BIGINT"),
-    ("BIGINT UNSIGNED", "decimal128(20,0)", "DECIMAL(20,0)"),
+    ("INT UNSIGNED, BIGINT, BIT(2..63)", "int64", "BIGINT"),
+    ("BIGINT UNSIGNED, BIT(64)", "decimal128(20,0)", "DECIMAL(20,0)"),
     ("DECIMAL(p,s), p <= 38", "decimal128(p,s)", "DECIMAL(p,s)"),
     ("FLOAT / DOUBLE", "float32 / float64", "REAL / DOUBLE PRECISION"),
     ("DATE", "date32", "DATE"),
@@ -184,9 +251,16 @@ MAPPING_DOC: list[tuple[str, str, str]] = [
         "timestamp[us] (naive: DATETIME as its wall clock, TIMESTAMP as UTC)",
         "TIMESTAMP",
     ),
-    ("TIME", "string", "VARCHAR(20)"),
+    ("TIME(n)", "string ('-838:59:59.000000')", "VARCHAR(20)"),
     ("YEAR", "int16", "SMALLINT"),
     ("CHAR(n), VARCHAR(n)", "string", "VARCHAR(min(4n, 65535)) (bytes)"),
     ("TEXT, JSON, ENUM, SET", "string", "VARCHAR(65535)"),
-    ("BINARY, VARBINARY, BLOB", "binary", "VARBYTE(65535) (BYTEA on PostgreSQL)"),
+    ("UUID, INET6, INET4 (MariaDB)", "string (canonical text)", "VARCHAR(36 / 45 / 15)"),
+    ("BINARY, VARBINARY, TINYBLOB, BLOB", "binary", "VARBYTE(65535) (BYTEA on PostgreSQL)"),
+    ("MEDIUMBLOB, LONGBLOB", "binary", "VARBYTE(16777216) (BYTEA on PostgreSQL)"),
+    (
+        "GEOMETRY, POINT, POLYGON, … (spatial)",
+        "binary (WKB of ST_AsBinary)",
+        "GEOMETRY (BYTEA holding the WKB on PostgreSQL)",
+    ),
 ]

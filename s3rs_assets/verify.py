@@ -12,7 +12,8 @@ Sums are exact: MySQL sums the hashes as UNSIGNED (SUM returns DECIMAL), Postgre
 NUMERIC, Redshift as DECIMAL(38,0) (2^60 times any realistic row count fits).
 
 `mysql_field` / `warehouse_field` extend the same per-type text to any column, for
-reconcile's row hashes: NULL (and a MySQL zero date, which s3rs carries as NULL) prints as
+reconcile's row hashes: NULL (and a MySQL zero or zero-in-date value, which s3rs carries as
+NULL) prints as
 `N`, text values carry their length in bytes (`5:hello`) so a separator inside a value
 cannot shift the next one, and floating-point values print in the shortest exact form on
 both sides (PostgreSQL's `1e+300` is written `1e300`, as MySQL writes it; FLOAT is
@@ -30,7 +31,7 @@ from s3rs_assets.config import TableConfig
 from s3rs_assets.errors import ConfigError
 from s3rs_assets.identifiers import mysql_quote, mysql_table, pg_quote, pg_table, split_qualified
 from s3rs_assets.load import LoadTarget
-from s3rs_assets.types import SourceColumn, column_type
+from s3rs_assets.types import TEMPORAL, SourceColumn, column_type, invalid_date
 from s3rs_assets.warehouse import Dialect, WarehouseResource
 
 #: partitions per query (one CASE branch each)
@@ -62,6 +63,8 @@ class PartitionCheck:
 def _mysql_text(col: SourceColumn) -> str:
     q = mysql_quote(col.name)
     t = column_type(col).warehouse
+    if t == "GEOMETRY":  # the WKB the readers carry
+        return f"LOWER(HEX(ST_AsBinary({q})))"
     if t == "TIMESTAMP":
         return f"DATE_FORMAT({q}, '%%Y-%%m-%%d %%H:%%i:%%s.%%f')"
     if t == "DATE":
@@ -80,6 +83,8 @@ def _mysql_text(col: SourceColumn) -> str:
 def _warehouse_text(col: SourceColumn, dialect: Dialect) -> str:
     q = pg_quote(col.name)
     t = column_type(col).warehouse
+    if t == "GEOMETRY":  # BYTEA of WKB on PostgreSQL, GEOMETRY on Redshift
+        return f"ENCODE({q}, 'hex')" if dialect == "postgres" else f"TO_HEX(ST_AsBinary({q}))"
     if t == "TIMESTAMP":
         return f"TO_CHAR({q}, 'YYYY-MM-DD HH24:MI:SS.US')"
     if t == "DATE":
@@ -110,8 +115,8 @@ def mysql_field(col: SourceColumn) -> str:
         text = f"CAST(CAST({q} AS DOUBLE) AS CHAR)"
     if _is_text(col):
         text = f"CONCAT(LENGTH({text}), ':', {text})"
-    if col.data_type in ("datetime", "timestamp", "date"):
-        text = f"IF({q} = 0, NULL, {text})"
+    if col.data_type in TEMPORAL:  # zero dates travel as NULL
+        text = f"IF({invalid_date(q)}, NULL, {text})"
     return f"COALESCE({text}, 'N')"
 
 

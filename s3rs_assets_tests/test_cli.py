@@ -711,12 +711,15 @@ def disc_schema(mysql_db):
         cur.execute(f"CREATE DATABASE `{name}`")
         cur.execute(f"USE `{name}`")
         cur.execute("CREATE TABLE orders (id BIGINT PRIMARY KEY, created_at DATETIME, "
-                    "updated_at DATETIME(6) NOT NULL, modified_at DATETIME, KEY (updated_at))")
+                    "updated_at DATETIME(6) NOT NULL, modified_at DATETIME, "
+                    "password_hash CHAR(60), api_key VARCHAR(40), tokens_used INT, "
+                    "KEY (updated_at))")
         cur.execute("CREATE TABLE order_lines (order_id INT, line INT, modified_at TIMESTAMP NULL, "
                     "PRIMARY KEY (order_id, line))")
         cur.execute("CREATE TABLE audit (msg TEXT, update_time DATETIME)")
         cur.execute("CREATE TABLE events (id INT PRIMARY KEY, created_at DATETIME)")
-        cur.execute("CREATE TABLE shapes (id INT PRIMARY KEY, g GEOMETRY, update_at DATETIME)")
+        cur.execute("CREATE TABLE shapes (id INT PRIMARY KEY, g DECIMAL(65,30), "
+                    "update_at DATETIME)")
         cur.execute("CREATE VIEW recent AS SELECT * FROM orders")
     yield name
     with mysql(mysql_db) as conn, conn.cursor() as cur:
@@ -732,6 +735,8 @@ def test_tables_discover(stack, disc_schema):
     assert entries[f"{disc_schema}.orders"]["cursor"] == "updated_at"  # indexed wins
     assert entries[f"{disc_schema}.orders"]["primary_key"] == ["id"]
     assert entries[f"{disc_schema}.order_lines"]["primary_key"] == ["order_id", "line"]
+    assert entries[f"{disc_schema}.orders"]["exclude_columns"] == ["password_hash", "api_key"]
+    assert "exclude_columns" not in entries[f"{disc_schema}.order_lines"]
     for e in doc["tables"]:
         TableConfig.from_dict(e)  # a ready stanza
     out = result.output
@@ -740,7 +745,7 @@ def test_tables_discover(stack, disc_schema):
     assert f"#   {disc_schema}.audit: no primary key" in out
     assert (f"#   {disc_schema}.events: no DATETIME/TIMESTAMP column named like updated_at "
             "(date/time columns: created_at)") in out
-    assert f"#   {disc_schema}.shapes: column type(s) s3rs cannot carry: g (geometry)" in out
+    assert f"#   {disc_schema}.shapes: column type(s) s3rs cannot carry: g (decimal(65,30))" in out
     assert f"#   {disc_schema}.recent: a view, not a table" in out
 
 
@@ -796,9 +801,9 @@ def test_tables_discover_proposes_partition_sizes_and_flags_secrets(stack, sized
     assert "# 30,000 rows over " in out and "daily partitions up to today: daily" in out
     assert "# 40 rows over " in out and "monthly partitions up to today: monthly" in out
     assert "# empty table (no dated row): daily, the default" in out
-    assert ("# exclude_columns: [password, api_token, ssn, credit_card_number]  # names look "
-            "like secrets or personal data") in out
-    assert out.count("# exclude_columns:") == 1  # only the users table
+    # secrets are proposed as excluded (never read from MySQL), not as a comment to act on
+    assert "    exclude_columns: [password, api_token, ssn, credit_card_number]" in out
+    assert out.count("exclude_columns:") == 1  # only the users table
 
 
 def test_tables_discover_unknown_schema(stack):

@@ -198,6 +198,9 @@ def test_alter_statements_redshift():
         ("INTEGER", "VARCHAR(40)", "incompatible"),
         ("TIMESTAMP", "DATE", "incompatible"),
         ("BOOLEAN", "SMALLINT", "incompatible"),
+        ("VARBYTE(65535)", "VARBYTE(16777216)", "widen"),
+        ("VARBYTE(16777216)", "VARBYTE(65535)", "narrower"),
+        ("VARBYTE(65535)", "VARCHAR(65535)", "incompatible"),
     ],
 )
 def test_type_change(old, new, change):

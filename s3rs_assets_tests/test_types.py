@@ -11,7 +11,7 @@ import pytest
 from s3rs_assets import demo_data
 from s3rs_assets.errors import SourceSchemaError
 from s3rs_assets.io_manager import store_for
-from s3rs_assets.types import SourceColumn, column_type, select_expr
+from s3rs_assets.types import SourceColumn, column_type, select_expr, zero_dates_expr
 from s3rs_assets_tests.helpers import backup, manifest_keys, read_parquet, resources, table_cfg
 
 END = datetime(2025, 5, 1, 18, 0)
@@ -124,8 +124,8 @@ def test_varchar_is_sized_in_bytes_and_capped():
 
 
 def test_unmappable_types_are_refused_by_name():
-    with pytest.raises(SourceSchemaError, match="'shape'.*geometry"):
-        column_type(SourceColumn("shape", "geometry", "geometry"))
+    with pytest.raises(SourceSchemaError, match="'shape'.*'vector.*cannot map"):
+        column_type(SourceColumn("shape", "vector", "vector(3)"))
     with pytest.raises(SourceSchemaError, match="DECIMAL\\(65,2\\)"):
         column_type(SourceColumn("big", "decimal", "decimal(65,2)", precision=65, scale=2))
 
@@ -143,7 +143,37 @@ def test_readers_select_what_they_can_decode_exactly():
     whole = SourceColumn("n", "decimal", "decimal(18,0)", precision=18, scale=0)
     assert select_expr(whole, "connectorx") == "CAST(`n` * 1 AS SIGNED) AS `n`"
     assert select_expr(tm) == "CAST(`t` AS CHAR) AS `t`"
-    assert select_expr(dt, "connectorx") == "IF(`d` = 0, NULL, `d`) AS `d`"
+    invalid = "IF((MONTH(`d`) = 0 OR DAYOFMONTH(`d`) = 0), NULL, `d`) AS `d`"
+    assert select_expr(dt, "connectorx") == select_expr(dt) == invalid
+    assert select_expr(dt, "connectorx", key=True) == invalid
+    assert select_expr(dt, "jdbc", key=True) == "`d`"  # JDBC predicates must hit the index
+    bit1 = SourceColumn("b", "bit", "bit(1)")
+    assert select_expr(bit1, "connectorx") == "CAST(`b` AS UNSIGNED) AS `b`"
+
+
+def test_zero_dates_are_counted_in_non_key_date_columns():
+    cols = [SourceColumn("id", "int", "int"), SourceColumn("u", "datetime", "datetime(6)"),
+            SourceColumn("d", "date", "date"), SourceColumn("n", "varchar", "varchar(3)")]
+    assert zero_dates_expr(cols, ("u", "id")) == (
+        "(IF((MONTH(`d`) = 0 OR DAYOFMONTH(`d`) = 0), 1, 0)) AS `s3rs_zero_dates`")
+    assert zero_dates_expr(cols, ("u", "d")) is None
+
+
+@pytest.mark.parametrize(
+    ("data_type", "column_type_", "arrow", "warehouse"),
+    [
+        ("bit", "bit(64)", pa.decimal128(20, 0), "DECIMAL(20,0)"),
+        ("bit", "bit(63)", pa.int64(), "BIGINT"),
+        ("uuid", "uuid", pa.string(), "VARCHAR(36)"),
+        ("inet6", "inet6", pa.string(), "VARCHAR(45)"),
+        ("inet4", "inet4", pa.string(), "VARCHAR(15)"),
+        ("blob", "blob", pa.binary(), "VARBYTE(65535)"),
+        ("longblob", "longblob", pa.binary(), "VARBYTE(16777216)"),
+    ],
+)
+def test_mapping_of_wide_and_mariadb_types(data_type, column_type_, arrow, warehouse):
+    t = column_type(SourceColumn("c", data_type, column_type_))
+    assert (t.arrow, t.warehouse) == (arrow, warehouse)
 
 
 DECIMAL_EDGES = [

@@ -1,7 +1,7 @@
 """Target tables from the MySQL schema: creation, schema evolution, `ensure_target`.
 
 Target tables are created from the MySQL columns through `types.column_type` (the one type
-mapping). A new source column is added; a change that is a widening (VARCHAR longer,
+mapping). A new source column is added; a change that is a widening (VARCHAR or VARBYTE longer,
 DECIMAL precision up with the same scale, SMALLINT -> INTEGER -> BIGINT) alters the column;
 any other change raises SourceSchemaError, naming every incompatible column, before any DDL
 runs. DDL runs before and outside the load transaction (Redshift cannot ALTER a column
@@ -43,6 +43,7 @@ from s3rs_assets.warehouse import (
 log = dg.get_dagster_logger("s3rs.load")
 
 _VARCHAR = re.compile(r"^VARCHAR\((\d+)\)$")
+_VARBYTE = re.compile(r"^VARBYTE\((\d+)\)$")
 _DECIMAL = re.compile(r"^DECIMAL\((\d+),(\d+)\)$")
 _INT_RANK = {"SMALLINT": 1, "INTEGER": 2, "BIGINT": 3}
 
@@ -93,6 +94,8 @@ def type_change(old: str, new: str) -> str:
     if old == new:
         return "same"
     mo, mn = _VARCHAR.match(old), _VARCHAR.match(new)
+    if not (mo and mn):
+        mo, mn = _VARBYTE.match(old), _VARBYTE.match(new)
     if mo and mn:
         return "widen" if int(mn[1]) > int(mo[1]) else "narrower"
     mo, mn = _DECIMAL.match(old), _DECIMAL.match(new)
@@ -163,8 +166,9 @@ def plan_target_ddl(
     if problems:
         raise SourceSchemaError(
             f"table {target.qualified} (source {target.source_name}): incompatible source "
-            f"schema change: {'; '.join(problems)} (only widening is applied: longer VARCHAR, "
-            "more DECIMAL precision with the same scale, SMALLINT -> INTEGER -> BIGINT). "
+            f"schema change: {'; '.join(problems)} (only widening is applied: longer VARCHAR "
+            "or VARBYTE, more DECIMAL precision with the same scale, SMALLINT -> INTEGER -> "
+            "BIGINT). "
             "The target was left unchanged; this table is stopped until it is fixed by hand."
         )
     return groups

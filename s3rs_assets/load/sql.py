@@ -15,7 +15,7 @@ from typing import Any, Literal
 from s3rs_assets.errors import ConfigError
 from s3rs_assets.identifiers import pg_quote, pg_table
 from s3rs_assets.load.target import LEDGER_TABLE, ROW_NUMBER_COLUMN, STAGE_TABLE, LoadTarget
-from s3rs_assets.types import SourceColumn, column_type
+from s3rs_assets.types import VARBYTE_MAX, SourceColumn, column_type
 from s3rs_assets.warehouse import Dialect
 from s3rs_assets.watermark import FileEntry
 
@@ -26,6 +26,23 @@ LedgerScope = Literal["identity", "identity_or_none", "all"]
 def warehouse_type(col: SourceColumn, dialect: Dialect) -> str:
     ct = column_type(col)
     return ct.warehouse if dialect == "redshift" else ct.postgres
+
+
+def stage_type(col: SourceColumn, dialect: Dialect) -> str:
+    """The staging table's type: the warehouse type, except that Redshift's COPY fills a
+    GEOMETRY column's staging twin as VARBYTE (the parquet holds WKB), converted by
+    `stage_value` in the merge."""
+    if dialect == "redshift" and column_type(col).spatial:
+        return f"VARBYTE({VARBYTE_MAX})"
+    return warehouse_type(col, dialect)
+
+
+def stage_value(col: SourceColumn, dialect: Dialect) -> str:
+    """How the merge's INSERT reads a staged column into the target."""
+    q = pg_quote(col.name)
+    if dialect == "redshift" and column_type(col).spatial:
+        return f"ST_GeomFromWKB(FROM_VARBYTE({q}, 'hex'))"
+    return q
 
 
 def sql_literal(value: str, what: str = "value") -> str:
@@ -189,7 +206,7 @@ def create_stage_sql(
     """A session temp table with `columns` (default: all) in that order, the file order."""
     by_name = {c.name: c for c in target.columns}
     cols = list(columns) if columns is not None else target.column_names
-    body = ",\n".join(f"    {pg_quote(n)} {warehouse_type(by_name[n], dialect)}" for n in cols)
+    body = ",\n".join(f"    {pg_quote(n)} {stage_type(by_name[n], dialect)}" for n in cols)
     sql = f"CREATE TEMP TABLE {pg_quote(name)} (\n{body}\n)"
     if dialect == "redshift" and len(target.primary_key) == 1 and target.primary_key[0] in cols:
         sql += f"\nDISTKEY ({pg_quote(target.primary_key[0])})"
@@ -250,29 +267,31 @@ def delete_sql(target: LoadTarget) -> str:
     )
 
 
-def insert_sql(target: LoadTarget, dedupe: bool = True) -> str:
+def insert_sql(target: LoadTarget, dedupe: bool = True, dialect: Dialect = "postgres") -> str:
     """Insert, per key, the newest staged row, unless the target still holds the key.
 
     After `delete_sql` a remaining target row for a staged key is newer than every staged
     version of it, so "still holds the key" means "holds a newer version". `dedupe=False`
-    (every staged key distinct, see `staged_stats_sql`) skips the window's sort.
+    (every staged key distinct, see `staged_stats_sql`) skips the window's sort. On
+    Redshift, staged WKB becomes GEOMETRY here (`stage_value`).
     """
     t = pg_table(target.schema, target.table)
     cols = column_list(target.column_names)
+    values = ", ".join(stage_value(c, dialect) for c in target.columns)
     pk = column_list(target.primary_key)
     keys = " AND ".join(f'"cur".{pg_quote(k)} = "newest".{pg_quote(k)}' for k in target.primary_key)
     absent = f'NOT EXISTS (SELECT 1 FROM {t} AS "cur" WHERE {keys})'
     if not dedupe:
         return (
             f"INSERT INTO {t} ({cols})\n"
-            f"SELECT {cols}\n"
+            f"SELECT {values}\n"
             f'FROM {pg_quote(STAGE_TABLE)} AS "newest"\n'
             f"WHERE {absent}"
         )
     rn = pg_quote(ROW_NUMBER_COLUMN)
     return (
         f"INSERT INTO {t} ({cols})\n"
-        f"SELECT {cols}\n"
+        f"SELECT {values}\n"
         "FROM (\n"
         f"    SELECT {cols},\n"
         f"        ROW_NUMBER() OVER (PARTITION BY {pk} "
@@ -284,9 +303,12 @@ def insert_sql(target: LoadTarget, dedupe: bool = True) -> str:
     )
 
 
-def merge_sql(target: LoadTarget, dedupe: bool = True) -> list[str]:
-    """The statements run after the COPY, identical for Redshift and PostgreSQL."""
-    return [delete_sql(target), insert_sql(target, dedupe), drop_stage_sql()]
+def merge_sql(
+    target: LoadTarget, dedupe: bool = True, dialect: Dialect = "postgres"
+) -> list[str]:
+    """The statements run after the COPY: the same for Redshift and PostgreSQL, but for
+    Redshift's GEOMETRY columns (`stage_value`)."""
+    return [delete_sql(target), insert_sql(target, dedupe, dialect), drop_stage_sql()]
 
 
 # ------------------------------------------------------------------- COPY manifest JSON

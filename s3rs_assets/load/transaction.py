@@ -271,7 +271,7 @@ def _load_once(
         before_merge(conn)
 
     t1 = time.monotonic()
-    delete, insert, drop = merge_sql(target, dedupe=distinct_keys != staged)
+    delete, insert, drop = merge_sql(target, distinct_keys != staged, conn.dialect)
     result.rows_deleted = conn.execute(delete)
     result.rows_inserted = conn.execute(insert)
     conn.execute(drop)

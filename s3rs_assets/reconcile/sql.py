@@ -25,7 +25,7 @@ from s3rs_assets.identifiers import mysql_quote, mysql_table, pg_quote, pg_table
 from s3rs_assets.load import LoadTarget
 from s3rs_assets.load.sql import warehouse_type
 from s3rs_assets.reconcile.keys import INTEGER_TYPES, Segment, Split
-from s3rs_assets.types import SourceColumn
+from s3rs_assets.types import SPATIAL, TEMPORAL, SourceColumn, invalid_date
 from s3rs_assets.verify import mysql_field, mysql_row_hash, warehouse_field, warehouse_row_hash
 
 Side = Literal["mysql", "postgres", "redshift"]
@@ -259,12 +259,14 @@ def first_key_is_integer(target: LoadTarget) -> bool:
 
 def mysql_select_list(target: LoadTarget) -> str:
     """The columns as a repair file needs them from pymysql: zero dates as NULL, booleans
-    as 0/1, BIT(n), YEAR and TIME as the backup's readers see them."""
+    as 0/1, BIT(n), YEAR, TIME and spatial values (WKB) as the backup's readers see them."""
     out = []
     for c in target.columns:
         q = mysql_quote(c.name)
-        if c.data_type in ("datetime", "timestamp", "date"):
-            out.append(f"IF({q} = 0, NULL, {q}) AS {q}")
+        if c.data_type in TEMPORAL:
+            out.append(f"IF({invalid_date(q)}, NULL, {q}) AS {q}")
+        elif c.data_type in SPATIAL:
+            out.append(f"ST_AsBinary({q}) AS {q}")
         elif c.data_type in ("bit", "year") or c.column_type.startswith("tinyint(1)"):
             out.append(f"CAST({q} AS UNSIGNED) AS {q}")
         elif c.data_type == "float":  # the text protocol would round it to 6 digits
