@@ -27,6 +27,8 @@ from datetime import UTC, datetime
 from typing import Any, TextIO
 from urllib.parse import quote, unquote, urlsplit
 
+from s3rs_assets.errors import ConfigError
+
 FORMATS = ("text", "json")
 #: Structured fields a record may carry through `extra=` and the JSON format emits.
 FIELDS = (
@@ -213,8 +215,6 @@ class _StderrHandler(logging.StreamHandler):
 def resolve_format(value: str | None) -> str:
     fmt = (value or os.environ.get("S3RS_LOG_FORMAT") or "text").strip().lower()
     if fmt not in FORMATS:
-        from s3rs_assets.errors import ConfigError
-
         raise ConfigError(
             f"log format {fmt!r} is not one of {', '.join(FORMATS)} (S3RS_LOG_FORMAT)"
         )
@@ -242,8 +242,6 @@ def configure(
     setattr(handler, _HANDLER_ATTR, True)
     lvl = logging.getLevelName(level.upper()) if isinstance(level, str) else level
     if not isinstance(lvl, int):
-        from s3rs_assets.errors import ConfigError
-
         raise ConfigError(f"unknown log level {level!r}")
     handler.setFormatter(formatter(fmt))
     handler.addFilter(_ScopeFilter(lvl))

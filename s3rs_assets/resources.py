@@ -25,6 +25,7 @@ from s3rs_assets.config import DatabaseURL
 from s3rs_assets.errors import ConfigError
 from s3rs_assets.layout import Layout
 from s3rs_assets.retry import MYSQL_BACKOFF, Backoff, Retries, call, is_transient
+from s3rs_assets.ssh import PASSPHRASE_ENV, SSHSettings, tunnel_for
 
 T = TypeVar("T")
 
@@ -81,8 +82,6 @@ class MySQLResource(RedactedURL, dg.ConfigurableResource):
 
     def ssh_settings(self) -> Any:
         """The tunnel's settings (fields first, then S3RS_SSH_* variables), or None."""
-        from s3rs_assets.ssh import PASSPHRASE_ENV, SSHSettings
-
         if self.ssh_host:
             return SSHSettings.build(
                 self.ssh_host,
@@ -100,8 +99,6 @@ class MySQLResource(RedactedURL, dg.ConfigurableResource):
         settings = self.ssh_settings()
         if settings is None:
             return p.host, p.port
-        from s3rs_assets.ssh import tunnel_for
-
         tunnel = tunnel_for(settings, p.host, p.port, timeout=self.connect_timeout)
         return "127.0.0.1", tunnel.local_port
 

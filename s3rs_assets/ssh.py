@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from s3rs_assets.errors import ConfigError
+from s3rs_assets.logs import add_secret
 
 log = logging.getLogger("s3rs.ssh")
 
@@ -341,8 +342,6 @@ def tunnel_for(
             tunnel = SSHTunnel(settings, remote_host, remote_port, timeout).start()
             _TUNNELS[key] = tunnel
             if settings.passphrase:
-                from s3rs_assets.logs import add_secret
-
                 add_secret(settings.passphrase)
     tunnel.ensure()
     return tunnel
