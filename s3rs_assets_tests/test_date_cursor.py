@@ -105,7 +105,7 @@ def _backup(cfg, conn, mysql_url, s3_resource, spark, now: datetime, run_id: str
     bound = safety_bound(conn, cfg.lag, whole_days=src.cursor_is_date)
     ex = Extractor(spark=spark, mysql=mysql, s3=s3_resource, src=src, table_name=cfg.name,
                    parallelism=2)
-    run = BackupRun(ex, store_for(s3_resource, run_id), conn, windows=windows(pdef, keys),
+    run = BackupRun(ex, store_for(s3_resource, run_id), windows=windows(pdef, keys),
                     upper=bound.upper, chunk_rows=cfg.chunk_rows, run_id=run_id,
                     source_now=bound.server_now)
     run.results = run.run()
