@@ -74,6 +74,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     more.add_argument("--small-max", type=int, default=20_000, help="largest small table")
     more.add_argument("--history-years", type=float, default=20.0,
                       help="span of the long-history table (fractions allowed: 0.1)")
+    more.add_argument("--history-partition", choices=("hourly", "daily", "weekly", "monthly"),
+                      default="daily", help="partition size of the long-history table")
     more.add_argument("--sync-timeout", type=float, default=1200.0,
                       help="seconds before one `s3rs sync` process is killed (default 1200)")
     more.add_argument("--differences", type=int, default=100,

@@ -50,7 +50,8 @@ def seed_all(ctx: Ctx, today: date) -> dict[str, Any]:
     hist = f"hist_{days}d"
     first = today - timedelta(days=days)
     rows = {hist: history_table(ctx.mysql, hist, first, days, HISTORY_EVERY, HISTORY_PER_DAY)}
-    entries = [{"name": f"{SCHEMA}.{hist}", "start": first.isoformat(), "primary_key": ["id"]}]
+    entries = [{"name": f"{SCHEMA}.{hist}", "start": first.isoformat(), "primary_key": ["id"],
+                "partition": args.history_partition}]
     smalls = []
     for i, n in enumerate(small_sizes(args.small_tables, args.small_max), start=1):
         name = f"small_{i:02d}"
@@ -89,7 +90,8 @@ def run_syncs(ctx: Ctx, sync: SyncEnv, t: dict[str, Any]) -> dict[str, SyncResul
     q = lambda names: [f"{SCHEMA}.{n}" for n in names]  # noqa: E731
     timeout = ctx.args.sync_timeout
     out: dict[str, SyncResult] = {}
-    say(f"==> shape: first sync of {t['hist']} (daily, {ctx.args.history_years} years)")
+    say(f"==> shape: first sync of {t['hist']} ({ctx.args.history_partition}, "
+        f"{ctx.args.history_years} years)")
     out["hist_first"] = sync.sync(q([t["hist"]]), timeout=timeout)
     say(f"==> shape: first sync of {len(t['smalls'])} small tables (one process)")
     out["small_first"] = sync.sync(q(t["smalls"]), timeout=timeout)
@@ -151,8 +153,9 @@ def add_lines(ctx: Ctx, rep: Report, t: dict[str, Any], res: dict[str, SyncResul
     small_rows = sum(t["rows"][s] for s in t["smalls"])
     hist_rows = t["rows"][t["hist"]]
     n = len(t["smalls"])
+    span = f"{ctx.args.history_years} years {ctx.args.history_partition}"
     for key, stage, tool, rows in (
-        ("hist_first", "first", f"{t['hist']}: {ctx.args.history_years} years daily", hist_rows),
+        ("hist_first", "first", f"{t['hist']}: {span}", hist_rows),
         ("small_first", "first", f"{n} small tables, total", small_rows),
         ("big_first", "setup", f"{t['big']} first sync", ctx.args.rows),
         ("hist_second", "second", f"{t['hist']}, nothing new", hist_rows),
