@@ -82,6 +82,13 @@ def start_spark(mem: MemSampler | None = None) -> tuple[SparkResource, Any, floa
     return spark, session, seconds
 
 
+def stop_spark(spark: SparkResource, session: Any) -> None:
+    """Stop a session this process started; never a shared Spark Connect session (later
+    runs attached to the same server would find it closed)."""
+    if not spark.master.startswith("sc://"):
+        session.stop()
+
+
 @dataclass
 class StageEnv:
     """Where the in-process stages read and write."""

@@ -35,6 +35,7 @@ from benchmarks.stages import (
     run_backup,
     run_load,
     start_spark,
+    stop_spark,
 )
 from s3rs_assets.config import TableConfig
 
@@ -148,7 +149,7 @@ def run(ctx: Ctx) -> Report:
         if args.stage_set & {"load", "e2e"}:
             load_lines(ctx, env, rep, table, backup, spark_s)
     finally:
-        session.stop()
+        stop_spark(spark, session)
     rep.details["memory"] = {
         k: {kk: round(vv / MB, 1) for kk, vv in v.items()} for k, v in ctx.mem.peaks.items()
     }

@@ -24,7 +24,14 @@ from benchmarks.context import Ctx
 from benchmarks.harness import Report, say
 from benchmarks.seeds import add_decimal_rows, decimal_table
 from benchmarks.services import SCHEMA, dagster_home, ensure_pg, mysql_exec, pg_checkpoint
-from benchmarks.stages import StageEnv, baseline_copy, run_backup, run_load, start_spark
+from benchmarks.stages import (
+    StageEnv,
+    baseline_copy,
+    run_backup,
+    run_load,
+    start_spark,
+    stop_spark,
+)
 from benchmarks.sync_cli import SyncEnv
 from s3rs_assets.config import TableConfig
 
@@ -90,7 +97,7 @@ def warm_stages(ctx: Ctx, rep: Report, table: str, day: str, frps: float) -> Non
     try:
         backup = run_backup(env, cfg, day, ctx.mem)
     finally:
-        session.stop()
+        stop_spark(spark, session)
     b = backup["result"]
     pg_checkpoint(ctx.pg)
     ld = run_load(env, backup, day)

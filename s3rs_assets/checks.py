@@ -39,6 +39,7 @@ from s3rs_assets.partitions import partitions_def, window
 from s3rs_assets.reconcile.diff import KINDS
 from s3rs_assets.reconcile.run import ReconcileOptions, reconcile_table
 from s3rs_assets.resources import MySQLResource, S3Resource
+from s3rs_assets.retry import Retries
 from s3rs_assets.verify import verify_table
 from s3rs_assets.warehouse import WarehouseResource
 from s3rs_assets.watermark import WatermarkRecord
@@ -102,8 +103,13 @@ def build_checks(table: TableConfig) -> list[dg.AssetChecksDefinition]:
         record = store_for(s3, context.run.run_id, context.instance).read(table.name)
         windows = synced_windows(pdef, _scope(context, pdef, record), record)
         target = load_target(table, mysql)
-        with mysql.connection() as conn:
-            checks = verify_table(conn, warehouse, target, table, windows)
+        # a dropped connection is reopened and the comparison run again (retry.py)
+        checks = mysql.run(
+            f"{table.name}: comparing with the warehouse",
+            lambda conn: verify_table(conn, warehouse, target, table, windows),
+            Retries(),
+            context.log.warning,
+        )
         bad = [c for c in checks if not c.ok]
         return dg.AssetCheckResult(
             passed=not bad,
