@@ -49,6 +49,23 @@ def is_utc(name: str | None = None) -> bool:
     return all(tz.utcoffset(t) == timedelta(0) for t in sample_instants())
 
 
+#: Offsets that name UTC (Spark and Java accept them as zones; zoneinfo does not).
+_UTC_OFFSETS = ("Z", "+00:00", "-00:00", "UTC+00:00", "GMT+00:00")
+
+
+def names_utc(name: str | None) -> bool:
+    """True for a zone name or offset that is UTC all year ("UTC", "Etc/GMT", "Z",
+    "+00:00"); False for any other, an unknown name or None included."""
+    if not name:
+        return False
+    if name.strip().upper() in _UTC_OFFSETS:
+        return True
+    try:
+        return is_utc(name)
+    except ConfigError:
+        return False
+
+
 def sample_instants(now: datetime | None = None) -> list[datetime]:
     """Naive UTC instants that tell zones apart: now and the middle of every month of this
     year (so zones differing only in daylight-saving rules differ in some sample)."""

@@ -22,6 +22,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from s3rs_assets.clock import names_utc
 from s3rs_assets.cursor import SubRange, position_token
 from s3rs_assets.errors import ConfigError, IntegrityError
 from s3rs_assets.source import SourceTable
@@ -331,9 +332,6 @@ class Extractor:
             list(pool.map(check, files))
 
 
-UTC_NAMES = ("UTC", "Etc/UTC", "GMT", "Etc/GMT", "Z", "+00:00", "UTC+00:00")
-
-
 def session_time_zones(session: Any) -> tuple[str | None, str | None]:
     """(spark.sql.session.timeZone, the driver JVM's default zone). The JVM's is None where
     it cannot be seen (Spark Connect: the client has no JVM)."""
@@ -352,9 +350,9 @@ def check_utc(session: Any, why: str = "") -> None:
     the session may have set another zone since."""
     tz, jvm_tz = session_time_zones(session)
     problems = []
-    if tz not in UTC_NAMES:
+    if not names_utc(tz):
         problems.append(f"spark.sql.session.timeZone is {tz!r}")
-    if jvm_tz is not None and jvm_tz not in UTC_NAMES:
+    if jvm_tz is not None and not names_utc(jvm_tz):
         problems.append(f"the JVM's default time zone (user.timezone) is {jvm_tz!r}")
     if problems:
         raise ConfigError(

@@ -117,6 +117,19 @@ def mysql_conn(mysql_db: str) -> Iterator[pymysql.connections.Connection]:
     conn.close()
 
 
+@pytest.fixture
+def dropping_conn(mysql_db: str) -> Iterator[pymysql.connections.Connection]:
+    """A root connection (autocommit, utf8mb4) that drops the tables a test appends to its
+    `made` list, so tests sharing the session schema do not see each other's tables."""
+    conn = _mysql_root(mysql_db)
+    conn.made = []  # type: ignore[attr-defined]
+    yield conn
+    with conn.cursor() as cur:
+        for name in conn.made:  # type: ignore[attr-defined]
+            cur.execute(f"DROP TABLE IF EXISTS `{name}`")
+    conn.close()
+
+
 @pytest.fixture(scope="session")
 def pg_db() -> Iterator[str]:
     """A fresh PostgreSQL database for this test session, dropped afterwards."""

@@ -12,7 +12,6 @@ from datetime import date, datetime, timedelta
 
 import dagster as dg
 import psycopg
-import pymysql
 import pytest
 
 from s3rs_assets.backup import BackupRun
@@ -33,15 +32,8 @@ def _at(d: date, hour: int = 0, second: int = 0) -> datetime:
 
 
 @pytest.fixture
-def conn(mysql_db):
-    c = pymysql.connect(host="127.0.0.1", user="root", database=mysql_db, autocommit=True)
-    made: list[str] = []
-    c.made = made  # type: ignore[attr-defined]
-    yield c
-    with c.cursor() as cur:
-        for name in made:
-            cur.execute(f"DROP TABLE IF EXISTS `{name}`")
-    c.close()
+def conn(dropping_conn):
+    return dropping_conn
 
 
 def _make(conn, name: str, rows: list[tuple[int, date]]) -> None:

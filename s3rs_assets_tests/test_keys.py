@@ -13,7 +13,6 @@ import uuid
 from datetime import datetime, timedelta
 
 import psycopg
-import pymysql
 import pytest
 
 from s3rs_assets.cursor import after, literal, position_token
@@ -34,16 +33,8 @@ def _uuids(n: int) -> list[bytes]:
 
 
 @pytest.fixture
-def conn(mysql_db):
-    c = pymysql.connect(host="127.0.0.1", user="root", database=mysql_db, autocommit=True,
-                        charset="utf8mb4")
-    made: list[str] = []
-    c.made = made  # type: ignore[attr-defined]
-    yield c
-    with c.cursor() as cur:
-        for name in made:
-            cur.execute(f"DROP TABLE IF EXISTS `{name}`")
-    c.close()
+def conn(dropping_conn):
+    return dropping_conn
 
 
 def _make(conn, name: str, key_ddl: str, rows: list[tuple]) -> None:
