@@ -13,7 +13,7 @@ import dagster as dg
 
 from s3rs_assets.config import TableConfig
 from s3rs_assets.io_manager import store_for
-from s3rs_assets.load import LoadTarget, ledger_files, load_files
+from s3rs_assets.load import LoadTarget, load_files
 from s3rs_assets.names import (
     IO_MANAGER_KEY,
     RETRY_POLICY,
@@ -60,9 +60,12 @@ def run_load(
     partitions: dict[str, PartitionLoad] = {}
     try:
         for key in context.partition_keys:
-            result = load_files(warehouse, s3, target, key, files.get(key, []), retries=retries)
-            ledger = ledger_files(warehouse, target, key)
-            partitions[key] = PartitionLoad(ledger, result.metadata())
+            todo = files.get(key, [])
+            result = load_files(warehouse, s3, target, key, todo, retries=retries)
+            held = set(result.files_loaded) | set(result.files_skipped)
+            partitions[key] = PartitionLoad(
+                {f.key: f for f in todo if f.key in held}, result.metadata()
+            )
             for other in set(result.reload_partitions) - {key}:
                 # Their ledger entries described a dropped or emptied target: the mirror
                 # forgets them, so the next sync loads those partitions again.

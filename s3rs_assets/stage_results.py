@@ -33,7 +33,14 @@ from s3rs_assets.names import (
 )
 from s3rs_assets.retry import Retries, is_transient
 from s3rs_assets.source import SafetyBound
-from s3rs_assets.watermark import LoadState, SourceCounts, WatermarkRecord, iso, utcnow
+from s3rs_assets.watermark import (
+    FileEntry,
+    LoadState,
+    SourceCounts,
+    WatermarkRecord,
+    iso,
+    utcnow,
+)
 from s3rs_assets.watermark_reports import SaveInfo, UpdateResult
 from s3rs_assets.watermark_store import WatermarkStore
 
@@ -71,9 +78,10 @@ class BackupOutput:
 
 @dataclass
 class PartitionLoad:
-    """What the load did to one partition, and what the ledger holds for it afterwards."""
+    """What the load did to one partition, and which of its manifest files the ledger holds
+    afterwards (loaded now or before: the load skips exactly the versions it holds)."""
 
-    ledger: dict[str, int]  # file key -> rows: the truth the watermark mirrors
+    ledger: dict[str, FileEntry]  # file key -> the manifest entry the ledger holds
     stats: dict[str, Any]  # LoadResult.metadata()
 
 
@@ -93,7 +101,10 @@ class LoadOutput:
         """Mirror the ledger (the truth) into the record's redshift side."""
         for key, load in self.partitions.items():
             rec.loaded_partitions[key] = LoadState(
-                files=sorted(load.ledger), rows=sum(load.ledger.values()), loaded_at=utcnow()
+                files=sorted(load.ledger),
+                rows=sum(f.rows for f in load.ledger.values()),
+                md5={k: f.md5 for k, f in load.ledger.items()},
+                loaded_at=utcnow(),
             )
         rec.redshift_status = "success"
         rec.last_redshift_load_time = utcnow()
@@ -241,7 +252,7 @@ def load_quiet() -> Metadata:
 def load_partition_metadata(load: PartitionLoad) -> Metadata:
     md: Metadata = {k: v for k, v in load.stats.items() if isinstance(v, int | float | str)}
     md["ledger_files"] = len(load.ledger)
-    md["ledger_rows"] = sum(load.ledger.values())
+    md["ledger_rows"] = sum(f.rows for f in load.ledger.values())
     return md
 
 
