@@ -16,6 +16,7 @@ exists now, so it never claims a file whose rows are not in the target.
 
 from s3rs_assets.load.copy_postgres import ValueTooLongError
 from s3rs_assets.load.ddl import ensure_target
+from s3rs_assets.load.ledger import clear as clear_ledger
 from s3rs_assets.load.ledger import ledger_files, ledger_versions
 from s3rs_assets.load.target import LEDGER_TABLE, LoadTarget
 from s3rs_assets.load.transaction import CHECKPOINTS, LoadError, LoadResult, load_files
@@ -27,6 +28,7 @@ __all__ = [
     "LoadResult",
     "LoadTarget",
     "ValueTooLongError",
+    "clear_ledger",
     "ensure_target",
     "ledger_files",
     "ledger_versions",
