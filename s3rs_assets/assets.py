@@ -42,7 +42,13 @@ from s3rs_assets.source import (
     safety_bound,
     source_counts,
 )
-from s3rs_assets.stage_results import BackupOutput, dagster_step, record_failure
+from s3rs_assets.stage_results import (
+    BackupOutput,
+    dagster_step,
+    preview,
+    publish,
+    record_failure,
+)
 from s3rs_assets.watermark import SourceCounts
 
 T = TypeVar("T")
@@ -212,7 +218,9 @@ def build_table_assets(table: TableConfig) -> list[dg.AssetsDefinition]:
         spark: SparkResource,
     ) -> BackupOutput:
         with dagster_step():
-            return run_backup(context, table, mysql, s3, spark, config.limit)
+            out = run_backup(context, table, mysql, s3, spark, config.limit)
+        publish(context, out, preview(store_for(s3, context.run_id), out))
+        return out
 
     return [s3_parquet, build_redshift_asset(table, s3_parquet, pdef), *build_checks(table)]
 

@@ -26,7 +26,14 @@ from s3rs_assets.names import (
 from s3rs_assets.resources import MySQLResource, S3Resource
 from s3rs_assets.retry import Retries
 from s3rs_assets.source import describe
-from s3rs_assets.stage_results import LoadOutput, PartitionLoad, dagster_step, record_failure
+from s3rs_assets.stage_results import (
+    LoadOutput,
+    PartitionLoad,
+    dagster_step,
+    preview,
+    publish,
+    record_failure,
+)
 from s3rs_assets.warehouse import WarehouseResource
 
 
@@ -120,6 +127,8 @@ def build_redshift_asset(
         warehouse: WarehouseResource,
     ) -> LoadOutput:
         with dagster_step():
-            return run_load(context, table, files, mysql, s3, warehouse)
+            out = run_load(context, table, files, mysql, s3, warehouse)
+        publish(context, out, preview(store_for(s3, context.run_id, context.instance), out))
+        return out
 
     return redshift_table
