@@ -64,7 +64,7 @@ def test_sync_after_losing_the_watermark(kind, mysql_conn, mysql_db, mysql_url, 
             assert md["watermark_recovery"].value["source"] == "daily", sorted(md)
         else:
             # `s3rs sync` plans from the recovered record: day 1 is not read again
-            recovered = store_for(s3_resource, instance=instance).read(cfg.name)
+            recovered = store_for(s3_resource, instance=instance).recover(cfg.name).record
             expected = "event_log" if kind == "everything_but_the_event_log" else (
                 "session" if kind == "primary_and_daily" else "daily")
             assert recovered.backup_metadata.recovered_from == expected

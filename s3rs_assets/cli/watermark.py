@@ -127,7 +127,15 @@ def render_record(rec: WatermarkRecord, table: TableConfig, show_files: bool = F
 def watermark_get(name: str, as_json: bool, show_files: bool) -> None:
     """Show a table's watermark (both stages, per partition)."""
     table = _table(name)
-    rec = _store().read(table.name)
+    report, known = _store().peek(table.name)
+    rec = known.record
+    if report is not None:  # reading never writes: say where this came from
+        echo(
+            f"note: the primary watermark of {table.name} is {report.primary_error}; showing "
+            f"the {report.source} copy {report.key} (nothing was written: the watermark guard "
+            "sensor or the next run restores it)",
+            err=True,
+        )
     if rec is None:
         if as_json:
             echo(json.dumps(None))
