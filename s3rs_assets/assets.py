@@ -20,7 +20,7 @@ from s3rs_assets.config import TableConfig
 from s3rs_assets.errors import ConfigError, SourceSchemaError
 from s3rs_assets.extract import Extractor
 from s3rs_assets.io_manager import store_for
-from s3rs_assets.load_stage import build_redshift_asset
+from s3rs_assets.load_stage import build_redshift_asset, described
 from s3rs_assets.names import (
     IO_MANAGER_KEY,
     RETRY_POLICY,
@@ -38,7 +38,6 @@ from s3rs_assets.source import (
     SafetyBound,
     SourceTable,
     check_clock,
-    describe,
     safety_bound,
     source_counts,
 )
@@ -74,7 +73,7 @@ def _inspect_source(
         return mysql.run(f"{table.name}: {what}", fn, retries, context.log.warning)
 
     pdef = partitions_def(table)
-    src = query("describing the table", lambda c: describe(c, table))
+    src = described(context.run_id, table, mysql, retries, context.log.warning)
     # MySQL's zone against S3RS_SOURCE_TIMEZONE: a mismatch that moves the bound or the
     # windows stops the run here, before anything is read (clock.py)
     clock_warning = query("checking the time zones", lambda c: check_clock(c, src))

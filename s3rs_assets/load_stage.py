@@ -6,7 +6,9 @@ rest in one transaction) and returns what the ledger holds afterwards; the IO ma
 mirrors that into the watermark's redshift side. Its checks live in `checks.py`.
 """
 
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 
 import dagster as dg
@@ -25,7 +27,7 @@ from s3rs_assets.names import (
 )
 from s3rs_assets.resources import MySQLResource, S3Resource
 from s3rs_assets.retry import Retries
-from s3rs_assets.source import describe
+from s3rs_assets.source import SourceTable, describe
 from s3rs_assets.stage_results import (
     LoadOutput,
     PartitionLoad,
@@ -36,20 +38,49 @@ from s3rs_assets.stage_results import (
 )
 from s3rs_assets.warehouse import WarehouseResource
 
+# The MySQL description of each table, per run: the backup, the load and the checks of one
+# run share it, so a run describes its table once (a long-lived process keeps a few runs).
+_DESCRIBED: OrderedDict[tuple[str, str], SourceTable] = OrderedDict()
+_DESCRIBED_LOCK = threading.Lock()
+DESCRIBED_KEPT = 16
 
-def load_target(
+
+def described(
+    run_id: str | None,
     table: TableConfig,
     mysql: MySQLResource,
     retries: Retries | None = None,
     log: Callable[[str], None] | None = None,
-) -> LoadTarget:
-    """The warehouse table as MySQL describes it now (new columns included)."""
+) -> SourceTable:
+    """The table as MySQL describes it, asked once per run (`run_id` None: asked now)."""
+    key = (run_id or "", table.name)
+    with _DESCRIBED_LOCK:
+        src = _DESCRIBED.get(key) if run_id else None
+    if src is not None:
+        return src
     src = mysql.run(
         f"{table.name}: describing the table",
         lambda c: describe(c, table),
         retries if retries is not None else Retries(),
         log,
     )
+    if run_id:
+        with _DESCRIBED_LOCK:
+            _DESCRIBED[key] = src
+            while len(_DESCRIBED) > DESCRIBED_KEPT:
+                _DESCRIBED.popitem(last=False)
+    return src
+
+
+def load_target(
+    table: TableConfig,
+    mysql: MySQLResource,
+    retries: Retries | None = None,
+    log: Callable[[str], None] | None = None,
+    run_id: str | None = None,
+) -> LoadTarget:
+    """The warehouse table as MySQL describes it (new columns included)."""
+    src = described(run_id, table, mysql, retries, log)
     return LoadTarget.from_table_config(table, src.columns, src.primary_key)
 
 
@@ -63,7 +94,7 @@ def run_load(
 ) -> LoadOutput:
     t0 = time.monotonic()
     retries = Retries()
-    target = load_target(table, mysql, retries, context.log.warning)
+    target = load_target(table, mysql, retries, context.log.warning, context.run_id)
     partitions: dict[str, PartitionLoad] = {}
     try:
         for key in context.partition_keys:
