@@ -35,6 +35,7 @@ from s3rs_assets.cli.sync import sync
 from s3rs_assets.cli.tables import tables
 from s3rs_assets.cli.verify import verify
 from s3rs_assets.cli.watermark import watermark
+from s3rs_assets.cli.watermark_history import watermark_history, watermark_restore
 from s3rs_assets.errors import S3rsError
 
 __all__ = ["main"]
@@ -66,3 +67,5 @@ def main(ctx: click.Context, log_format: str | None, log_level: str) -> None:
 
 for _command in (sync, watermark, s3clean, tables, verify, reconcile, spark):
     main.add_command(_command)
+watermark.add_command(watermark_history)
+watermark.add_command(watermark_restore)

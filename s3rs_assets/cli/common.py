@@ -13,6 +13,7 @@ from functools import wraps
 from typing import Any
 
 import click
+from botocore.exceptions import BotoCoreError, ClientError
 
 from s3rs_assets import logs
 from s3rs_assets.config import TableConfig, find_table, load_tables
@@ -39,6 +40,26 @@ def _s3() -> S3Resource:
     if not bucket:
         raise click.UsageError("S3RS_S3_BUCKET is not set")
     return S3Resource(bucket=bucket, prefix=os.environ.get("S3RS_S3_PREFIX", "s3rs"))
+
+
+def _s3_checked() -> S3Resource:
+    """The bucket from the environment, asked once (HEAD bucket) before anything else: an
+    unreachable endpoint, refused credentials or a missing bucket is then one clear error
+    naming the bucket and the endpoint (exit 2), not a failure halfway through a listing."""
+    s3 = _s3()
+    client = s3.client()
+    where = f"s3://{s3.bucket} at {client.meta.endpoint_url}"
+    try:
+        client.head_bucket(Bucket=s3.bucket)
+    except ClientError as e:
+        status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        why = {404: "no such bucket (S3RS_S3_BUCKET)",
+               403: "access denied (AWS credentials, or the bucket's policy)"}.get(
+            status, f"{e.response.get('Error', {}).get('Code', '')} {e}".strip())
+        raise ConfigError(f"cannot use {where}: {why}") from None
+    except BotoCoreError as e:
+        raise ConfigError(f"cannot reach {where}: {e} (AWS_ENDPOINT_URL_S3?)") from None
+    return s3
 
 
 def _store(s3: S3Resource | None = None) -> Any:

@@ -20,7 +20,7 @@ import click
 from s3rs_assets import runner, work
 from s3rs_assets.cli.common import (
     _mysql,
-    _s3,
+    _s3_checked,
     _say,
     _store,
     _tables,
@@ -86,7 +86,7 @@ def sync(
     tables = _tables(names, all_)
     stages = ("backup",) if backup_only else ("load",) if redshift_only else ("backup", "load")
     inst = runner.instance()
-    s3 = _s3()
+    s3 = _s3_checked()  # an unreachable S3 is one error (exit 2) before any table
     side_by_side = parallel > 1 and len(tables) > 1
     tty = (sys.stderr.isatty() if progress is None else progress) and not side_by_side
 

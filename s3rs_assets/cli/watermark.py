@@ -1,4 +1,5 @@
-"""`s3rs watermark get|set|reset|list|backup-status|cleanup-backups`.
+"""`s3rs watermark get|set|reset|list|backup-status|cleanup-backups` (`history` and
+`restore`, the undo, are in `cli/watermark_history.py`).
 
 Thin: the edits and the compare-and-swap guard are in `watermark_edit`, storage in
 `watermark_store`; this module parses, asks, prints. Manual changes are compare-and-swap
@@ -17,9 +18,10 @@ from typing import Any
 
 import click
 
-from s3rs_assets import watermark_edit
+from s3rs_assets import watermark_edit, watermark_history
 from s3rs_assets.cli.common import (
     _dump,
+    _s3_checked,
     _source_now,
     _store,
     _table,
@@ -127,7 +129,7 @@ def render_record(rec: WatermarkRecord, table: TableConfig, show_files: bool = F
 def watermark_get(name: str, as_json: bool, show_files: bool) -> None:
     """Show a table's watermark (both stages, per partition)."""
     table = _table(name)
-    report, known = _store().peek(table.name)
+    report, known = _store(_s3_checked()).peek(table.name)
     rec = known.record
     if report is not None:  # reading never writes: say where this came from
         echo(
@@ -162,12 +164,16 @@ def _manual_change(
     notes: list[str] = (),
     create: bool = True,
     also: tuple[list[str], Callable[[], str]] | None = None,
+    keep: str,
+    store: Any = None,
 ) -> None:
     """Show before -> after, confirm, then apply `change` compare-and-swap
     (watermark_edit.commit refuses if the record moved since it was shown). `also` is a
     change outside the record (its description lines, and the call that makes it after the
-    record is saved)."""
-    store = _store()
+    record is saved). The record replaced is first kept as the session copy
+    `before-<keep>-<time>` (watermark_history.keep_copy), so `watermark restore` can put it
+    back whatever the bucket's versioning."""
+    store = store or _store(_s3_checked())
     mc = watermark_edit.preview(store, table, change, now=now, create=create)
     extra, act = also if also else ([], None)
     echo(title)
@@ -187,7 +193,20 @@ def _manual_change(
         return
     if not yes:
         click.confirm("Apply this change?", abort=True, err=True)
+    # The bytes the edit replaces, read before it commits: the commit's compare-and-swap
+    # refuses if they are not the record shown, so they are kept only once it succeeded.
+    replaced = watermark_history.primary_body(store, table.name) if mc and mc.diff else None
     saved = watermark_edit.commit(store, mc, now=now) if mc and mc.diff else None
+    if replaced is not None and saved is not None:
+        try:
+            vid, key = watermark_history.keep_copy(store, table.name, keep, replaced)
+            echo(
+                f"kept the record it replaced as version {vid} ({key}): "
+                f"`s3rs watermark restore -t {table.name} --to {vid}` puts it back"
+            )
+        except S3rsError as e:  # the edit is done; only its undo copy is missing
+            echo(f"warning: {e}; `s3rs watermark history -t {table.name}` lists the other "
+                 "copies", err=True, fg="yellow")
     if act is not None:
         echo(act())
     if saved is not None:
@@ -226,6 +245,7 @@ def watermark_set(name: str, ts_text: str, yes: bool, dry_run: bool) -> None:
         yes=yes,
         dry_run=dry_run,
         now=source_now,
+        keep="set",
     )
 
 
@@ -287,6 +307,7 @@ def watermark_reset(
         notes=notes,
         create=False,
         also=also,
+        keep="reset",
     )
 
 
@@ -294,9 +315,13 @@ def watermark_reset(
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per table, as a list.")
 @friendly_errors
 def watermark_list(as_json: bool) -> None:
-    """Every configured table: stage statuses, cursor, lag behind the source, age."""
+    """Every configured table: stage statuses, cursor, lag behind the source, age.
+
+    Exits 1 when a table's watermark could not be read (its ERROR row says why), 2 when
+    MySQL's clock could not be read (no lag shown), after printing everything it could.
+    """
     tables = load_tables()
-    store = _store()
+    store = _store(_s3_checked())
     try:
         source_now: datetime | None = _source_now()
         note = None
@@ -312,13 +337,19 @@ def watermark_list(as_json: bool) -> None:
         rows.append({"table": n, "configured": False, "has_watermark": True})
     if as_json:
         _dump(rows)
-        return
-    if note:
-        echo(f"note: {note}", err=True)
-    if not rows:
+    elif not rows:
         echo("no tables configured")
-        return
-    _print_list(rows)
+    else:
+        _print_list(rows)
+    # Everything is shown first; then the exit code says what was missing from it.
+    errors = [r["table"] for r in rows if "error" in r]
+    if errors:
+        echo(f"error: the watermark of {', '.join(errors)} could not be read (ERROR above)",
+             err=True, fg="red")
+        sys.exit(1)
+    if note:
+        echo(f"error: {note}", err=True, fg="red")
+        sys.exit(2)
 
 
 def _list_row(
@@ -402,7 +433,7 @@ def _age(seconds: int | None) -> str:
 def watermark_backup_status(name: str, as_json: bool) -> None:
     """Primary, daily and session copies of a table's watermark: present, valid, current."""
     table = _table(name)
-    status = _store().backup_status(table.name)
+    status = _store(_s3_checked()).backup_status(table.name)
     if as_json:
         _dump(status)
         return
@@ -436,7 +467,7 @@ def watermark_backup_status(name: str, as_json: bool) -> None:
 @friendly_errors
 def watermark_cleanup_backups(days_to_keep: int, dry_run: bool, as_json: bool) -> None:
     """Delete old watermark backups (never a primary, never a table's newest valid copy)."""
-    report = _store().cleanup_backups(days_to_keep, dry_run=dry_run)
+    report = _store(_s3_checked()).cleanup_backups(days_to_keep, dry_run=dry_run)
     if as_json:
         _dump({**report.as_metadata(), "keys": report.deleted})
         return
