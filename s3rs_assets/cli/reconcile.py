@@ -16,7 +16,7 @@ import sys
 
 import click
 
-from s3rs_assets.cli.common import _mysql, _s3, _warehouse, echo
+from s3rs_assets.cli.common import _mysql, _not_yet, _s3, _warehouse, echo
 from s3rs_assets.config import find_table, load_tables
 from s3rs_assets.errors import S3rsError
 from s3rs_assets.io_manager import store_for
@@ -138,10 +138,13 @@ def reconcile(
     except S3rsError as e:
         echo(f"error: {e}", err=True, fg="red")
         sys.exit(2)
+    # rows at or above the bound are not yet synced: counted apart, never a difference
+    later = _not_yet(table, report.bound)
     if as_json:
-        echo(json.dumps(report.as_json(), indent=2, ensure_ascii=False, default=str))
+        doc = {**report.as_json(), "not_yet_synced": later.as_json() if later else None}
+        echo(json.dumps(doc, indent=2, ensure_ascii=False, default=str))
     else:
-        for line in render(report):
+        for line in render(report) + (later.lines() if later else []):
             echo(line)
     remaining = (
         report.total if not apply else sum(report.plan.skipped.values() if report.plan else [])
