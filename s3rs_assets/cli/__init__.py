@@ -28,6 +28,7 @@ import os
 import click
 
 from s3rs_assets import logs
+from s3rs_assets.cli import local_env
 from s3rs_assets.cli.reconcile import reconcile
 from s3rs_assets.cli.s3 import s3clean
 from s3rs_assets.cli.spark import spark
@@ -50,19 +51,33 @@ __all__ = ["main"]
 )
 @click.option(
     "--log-level",
-    default=lambda: os.environ.get("S3RS_LOG_LEVEL", "INFO"),
+    default=None,
     show_default="INFO",
     help="DEBUG, INFO, WARNING or ERROR (S3RS_LOG_LEVEL).",
 )
+@click.option(
+    "-v",
+    "--verbose",
+    is_flag=True,
+    help="Everything: s3rs at DEBUG, Dagster's event lines, Spark's WARN lines "
+    "(= --log-level DEBUG).",
+)
 @click.pass_context
-def main(ctx: click.Context, log_format: str | None, log_level: str) -> None:
-    """s3rs: keep Redshift in step with MySQL through S3 parquet, on Dagster."""
+def main(ctx: click.Context, log_format: str | None, log_level: str | None, verbose: bool) -> None:
+    """s3rs: keep Redshift in step with MySQL through S3 parquet, on Dagster.
+
+    Settings come from the environment; variables you have not exported are taken from
+    `.local/s3rs.env` (written by `make demo`) when there is one: see the README, "The
+    local stack".
+    """
     try:
+        local_env.load()  # before anything reads the environment (the redactor included)
+        level = "DEBUG" if verbose else (log_level or os.environ.get("S3RS_LOG_LEVEL", "INFO"))
         fmt = logs.resolve_format(log_format)
-        logs.configure(fmt, log_level)
+        logs.configure(fmt, level)
     except S3rsError as e:
         raise click.UsageError(str(e)) from None
-    ctx.obj = {"log_format": fmt, "log_level": log_level.upper()}
+    ctx.obj = {"log_format": fmt, "log_level": level.upper()}
 
 
 for _command in (sync, watermark, s3clean, tables, verify, reconcile, spark):

@@ -32,7 +32,13 @@ from s3rs_assets.cli.common import (
 )
 from s3rs_assets.config import TableConfig
 from s3rs_assets.errors import S3rsError
-from s3rs_assets.progress import SYNC_TAG, SyncMonitor, failure_reasons, run_retries
+from s3rs_assets.progress import (
+    SYNC_TAG,
+    SyncMonitor,
+    failure_reasons,
+    run_retries,
+    run_timings,
+)
 from s3rs_assets.watermark_edit import fmt as _fmt
 
 OK, FAILED, UNUSABLE = 0, 1, 2
@@ -209,6 +215,13 @@ def _sync_table(
         if _failed_checks(ctx, table, result):
             return FAILED
         echo(f"{table.name}: run {result.run_id} succeeded{after}")
+        timings = run_timings(result, monitor)
+        if ctx.obj and ctx.obj.get("log_format") == "json":
+            log.info(timings.line(table.name),
+                     extra={"event": "run_timings", "table": table.name,
+                            "run_id": result.run_id, **timings.fields()})
+        else:
+            echo(timings.line(table.name))
         _report_unread_rows(ctx, table, store, "backup" in plan.stages)
         if budget is not None and "backup" in plan.stages:
             budget -= max(0, _rows_extracted(store, table) - before)
