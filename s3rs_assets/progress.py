@@ -269,10 +269,12 @@ class SyncMonitor:
             self._log(self.run_log, entry.level, msg, event="run_log", **extra)
             return
         kind = ev.event_type_value
+        # Dagster's own event lines (step started, finished, value materialized) are its
+        # DEBUG events: shown with `s3rs -v`; the run's own messages stay at their level.
         if kind in ("STEP_START", "STEP_SUCCESS", "RUN_START", "RUN_SUCCESS"):
             self._log(
                 self.run_log,
-                logging.INFO,
+                logging.DEBUG,
                 msg or kind.lower(),
                 event=kind.lower(),
                 stage=ev.step_key,
@@ -290,7 +292,7 @@ class SyncMonitor:
         elif kind == "ASSET_MATERIALIZATION":
             self._log(
                 self.run_log,
-                logging.INFO,
+                logging.DEBUG,
                 msg or "materialized",
                 event="asset_materialization",
                 stage=ev.step_key,

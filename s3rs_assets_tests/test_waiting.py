@@ -8,6 +8,7 @@ one story against the real stack, as issue 17 saw it: rows inserted just now, a 
 from __future__ import annotations
 
 import json
+import re
 from datetime import date, datetime, timedelta
 
 import dagster as dg
@@ -151,6 +152,13 @@ def test_rows_inserted_just_now_are_not_yet_synced_for_every_command(stack):
     assert (f"{name}: they become readable from {_fmt(waiting_rows[0] + timedelta(minutes=5))}"
             " (their cursor + lag 5m;") in r.stdout
     assert "MISMATCH" not in r.output
+    # speed: the rate of the reading, Spark's start-up and Dagster's set-up apart
+    timing = re.search(
+        rf"{re.escape(name)}: (\d+) rows read in [\d.]+ s \([\d,]+ rows/s\), (\d+) rows loaded "
+        r"in [\d.]+ s( \([\d,]+ rows/s\))?; [\d.]+ s in all: Dagster set-up [\d.]+ s, Spark "
+        r"start-up [\d.]+ s, checks and the rest [\d.]+ s", r.stdout)
+    assert timing, r.stdout
+    assert int(timing.group(1)) == int(timing.group(2)) == 40 - (len(waiting_rows) - 30)
 
     # matches_mysql: the rows after the partition's cursor are counted apart, not missing
     with dg.DagsterInstance.from_config(str(stack.home)) as inst:

@@ -247,14 +247,16 @@ def run_env(verbose: bool) -> dict[str, str]:
     """The run's environment: at -v everything, else Spark quiet (S3RS_LOG_LEVEL, read by
     the run's SparkSession) and two known warnings filtered by their exact text, as
     scripts/ui.sh does: `backfill_policy` being beta (the single-run backfills rely on it)
-    and Dagster's deprecation notes about its own internals."""
+    and `dagster job execute` being superseded by `dg launch` (from dagster-dg-cli, a
+    separate package and project layout this project does not use)."""
     env = dict(os.environ)
     if verbose:
         env["S3RS_LOG_LEVEL"] = "DEBUG"
         return env
     env.setdefault("S3RS_LOG_LEVEL", "INFO")
     quiet = (
-        "ignore:Parameter `backfill_policy` of function `asset` is currently in beta:Warning"
+        "ignore:Parameter `backfill_policy` of function `asset` is currently in beta:Warning,"
+        "ignore:Function `job_execute_command` is superseded:Warning"
     )
     env["PYTHONWARNINGS"] = ",".join(x for x in (env.get("PYTHONWARNINGS"), quiet) if x)
     return env

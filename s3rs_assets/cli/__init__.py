@@ -24,6 +24,7 @@ setting, and later runs only move the cursors forward from where `set` put them.
 from __future__ import annotations
 
 import os
+import warnings
 
 import click
 
@@ -73,11 +74,22 @@ def main(ctx: click.Context, log_format: str | None, log_level: str | None, verb
     try:
         local_env.load()  # before anything reads the environment (the redactor included)
         level = "DEBUG" if verbose else (log_level or os.environ.get("S3RS_LOG_LEVEL", "INFO"))
+        if level.upper() != "DEBUG":
+            _quiet_known_warnings()
         fmt = logs.resolve_format(log_format)
         logs.configure(fmt, level)
     except S3rsError as e:
         raise click.UsageError(str(e)) from None
     ctx.obj = {"log_format": fmt, "log_level": level.upper()}
+
+
+def _quiet_known_warnings() -> None:
+    """Dagster's warning that `backfill_policy` is beta, printed whenever the definitions
+    are built: every table's single-run backfills rely on it, and it says nothing a person
+    running s3rs can act on (scripts/ui.sh filters it the same way). Shown with -v."""
+    warnings.filterwarnings(
+        "ignore", message=r"Parameter `backfill_policy` of function `asset` is currently in beta"
+    )
 
 
 for _command in (sync, watermark, s3clean, tables, verify, reconcile, spark):
