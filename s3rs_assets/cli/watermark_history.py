@@ -35,6 +35,19 @@ def _summary(table: TableConfig, v: history.Version) -> str:
     )
 
 
+#: fields that change with every save and say nothing about the data
+_BOOKKEEPING = {"updated_at", "backup_metadata"}
+
+
+def _other_fields(older: history.Version, newer: history.Version) -> str:
+    """The top-level fields that differ when the position did not move (e.g. `reconcile`,
+    written by `s3rs reconcile`; `last_error`, written by a failed run)."""
+    a = older.record.model_dump(mode="json") if older.record else {}
+    b = newer.record.model_dump(mode="json") if newer.record else {}
+    names = sorted(k for k in set(a) | set(b) if k not in _BOOKKEEPING and a.get(k) != b.get(k))
+    return ", ".join(names) or "nothing but the time it was saved"
+
+
 def _as_json(table: TableConfig, v: history.Version) -> dict:
     rec = v.record
     return {
@@ -99,16 +112,16 @@ def watermark_history(name: str, limit: int, as_json: bool) -> None:
         if v.record is None:
             continue
         if older is None:
-            echo("      (the oldest version kept)")
+            echo("      (the oldest version shown)")
             continue
         lines = describe_change(table, older.record, v.record, limit=4)
         if not lines:
-            echo(f"      same position as {older.id} (only bookkeeping changed)")
+            echo(f"      same position as {older.id}; changed: {_other_fields(older, v)}")
             continue
         echo(f"      changes from {older.id}:")
         shown = lines[:SHOWN_CHANGES]
         for line in shown:
-            echo(f"    {line}")
+            echo(f"      {line}")
         if len(lines) > len(shown):
             echo(f"        ... {len(lines) - len(shown)} more line(s): "
                  f"`s3rs watermark restore -t {table.name} --to {older.id} --dry-run` shows "
