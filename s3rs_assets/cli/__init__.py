@@ -8,9 +8,16 @@ and print.
 Sensors and this CLI never start Spark themselves; `s3rs sync` launches Dagster runs, and
 those runs start one SparkSession for the whole command.
 
-Exit codes: 0 done; 1 a sync or verify found a failure, or a confirmation was declined;
-2 bad input or configuration (unknown table, invalid timestamp, conflicting flags,
-unreachable service): nothing was changed.
+Exit codes (README, "Command line"; tested in test_exit_codes.py): 0 done and complete;
+1 a sync, check or verify found a failure, `watermark list` could not read a record, or a
+confirmation was declined; 2 bad input or configuration (unknown table, misspelt column,
+invalid timestamp, conflicting flags, MySQL, S3 or the warehouse unreachable or refusing
+the login): nothing was changed. Rows above the safety bound are "not yet" (waiting.py),
+never a failure.
+
+Settings: the environment first, then `.local/s3rs.env` for what is not exported
+(`local_env`, written by `make demo`). Quiet by default; `-v` shows Dagster's event lines
+and Spark's WARN lines.
 
 Every line printed goes through `logs.redact`, and every log line through the redaction
 filter, so no credential from the environment reaches the terminal.
