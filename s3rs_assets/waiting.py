@@ -23,7 +23,7 @@ from typing import Any
 
 from s3rs_assets.config import TableConfig
 from s3rs_assets.identifiers import mysql_quote, mysql_table, split_qualified
-from s3rs_assets.source import Blocker, SafetyBound
+from s3rs_assets.source import Blocker, SafetyBound, describe, safety_bound
 
 #: windows per counting query (one CASE branch each), as verify batches them
 BATCH = 100
@@ -135,6 +135,14 @@ def waiting(
         first = datetime.combine(first, datetime.min.time())
         last = datetime.combine(last, datetime.min.time())
     return Waiting(table.name, int(rows), first, last, int(future), upper, bound, whole_days)
+
+
+def waiting_now(conn: Any, table: TableConfig, upper: datetime) -> Waiting:
+    """The rows at or above `upper` (the bound a plan, run or comparison stopped at), said
+    with the bound taken now: its lag, and the transaction holding it back if any."""
+    src = describe(conn, table)
+    bound = safety_bound(conn, table.lag, whole_days=src.cursor_is_date)
+    return waiting(conn, table, bound, upper=upper)
 
 
 def count_windows(

@@ -44,7 +44,6 @@ from s3rs_assets.cli.sync import sync
 from s3rs_assets.cli.tables import tables
 from s3rs_assets.cli.verify import verify
 from s3rs_assets.cli.watermark import watermark
-from s3rs_assets.cli.watermark_history import watermark_history, watermark_restore
 from s3rs_assets.errors import S3rsError
 
 __all__ = ["main"]
@@ -101,5 +100,3 @@ def _quiet_known_warnings() -> None:
 
 for _command in (sync, watermark, s3clean, tables, verify, reconcile, spark):
     main.add_command(_command)
-watermark.add_command(watermark_history)
-watermark.add_command(watermark_restore)

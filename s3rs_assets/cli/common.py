@@ -20,8 +20,8 @@ from s3rs_assets.config import TableConfig, find_table, load_tables
 from s3rs_assets.errors import ConfigError, S3rsError
 from s3rs_assets.io_manager import store_for
 from s3rs_assets.resources import MySQLResource, S3Resource
-from s3rs_assets.source import describe, safety_bound, server_now
-from s3rs_assets.waiting import Waiting, waiting
+from s3rs_assets.source import server_now
+from s3rs_assets.waiting import Waiting, waiting_now
 from s3rs_assets.warehouse import WarehouseResource
 
 log = logging.getLogger("s3rs.cli")
@@ -98,9 +98,7 @@ def _not_yet(table: TableConfig, upper: datetime | None) -> Waiting | None:
         return None
     try:
         with _mysql().connect() as conn:
-            src = describe(conn, table)
-            bound = safety_bound(conn, table.lag, whole_days=src.cursor_is_date)
-            return waiting(conn, table, bound, upper=upper)
+            return waiting_now(conn, table, upper)
     except Exception as e:  # noqa: BLE001 - a courtesy: the command's answer is already made
         log.debug("%s: rows above the safety bound not counted: %s", table.name, e)
         return None

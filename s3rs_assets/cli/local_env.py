@@ -22,7 +22,6 @@ from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from s3rs_assets import spark_server
 from s3rs_assets.errors import ConfigError
 
 ENV_FILE_VAR = "S3RS_ENV_FILE"
@@ -103,11 +102,24 @@ def load(
             environ[name] = value
             found.applied.append(name)
     if not environ.get("S3RS_SPARK_MASTER"):
-        server = spark_server.running(path.parent / "spark-connect")
-        if server is not None:
-            environ["S3RS_SPARK_MASTER"] = server.url
+        url = connect_server_url(path.parent / "spark-connect")
+        if url is not None:
+            environ["S3RS_SPARK_MASTER"] = url
             found.applied.append("S3RS_SPARK_MASTER")
     return found
+
+
+def connect_server_url(state_dir: Path) -> str | None:
+    """The URL of the Spark Connect server recorded in `state_dir` when its process is
+    alive and is that server: the check scripts/env.sh makes, kept light here (every
+    `s3rs` command runs it; spark_server.py, which owns the server, imports Spark's side)."""
+    try:
+        pid = int((state_dir / "server.pid").read_text().strip())
+        url = (state_dir / "server.url").read_text().strip()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, ValueError):
+        return None
+    return url if b"SparkConnectServer" in cmdline and url else None
 
 
 def write(path: Path, values: Mapping[str, str]) -> None:

@@ -138,7 +138,7 @@ def verify(name: str, from_key: str | None, to_key: str | None, as_json: bool) -
         pending = dict(zip([k for k, _, _ in above],
                            count_windows(conn, table, [(s, e) for _, s, e in above]),
                            strict=True))
-        later = waiting(conn, table, bound)
+        later = waiting(conn, table, bound)  # the same bound: its lag, what holds it
         outside = unpartitioned_rows(
             conn, table, window(pdef, every[0])[0], window(pdef, every[-1])[1]
         )

@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 import click
 
-from s3rs_assets import watermark_edit, watermark_history
 from s3rs_assets.cli.common import (
     _dump,
     _s3_checked,
@@ -29,6 +27,8 @@ from s3rs_assets.cli.common import (
     echo,
     friendly_errors,
 )
+from s3rs_assets.cli.watermark_change import manual_change
+from s3rs_assets.cli.watermark_history import watermark_history, watermark_restore
 from s3rs_assets.config import TableConfig, load_tables
 from s3rs_assets.errors import ConfigError, S3rsError
 from s3rs_assets.load import clear_ledger, ledger_versions
@@ -153,66 +153,6 @@ def watermark_get(name: str, as_json: bool, show_files: bool) -> None:
         echo(render_record(rec, table, show_files))
 
 
-def _manual_change(
-    table: TableConfig,
-    change: Callable[[WatermarkRecord], None],
-    *,
-    title: str,
-    yes: bool,
-    dry_run: bool,
-    now: datetime | None,
-    notes: list[str] = (),
-    create: bool = True,
-    also: tuple[list[str], Callable[[], str]] | None = None,
-    keep: str,
-    store: Any = None,
-) -> None:
-    """Show before -> after, confirm, then apply `change` compare-and-swap
-    (watermark_edit.commit refuses if the record moved since it was shown). `also` is a
-    change outside the record (its description lines, and the call that makes it after the
-    record is saved). The record replaced is first kept as the session copy
-    `before-<keep>-<time>` (watermark_history.keep_copy), so `watermark restore` can put it
-    back whatever the bucket's versioning."""
-    store = store or _store(_s3_checked())
-    mc = watermark_edit.preview(store, table, change, now=now, create=create)
-    extra, act = also if also else ([], None)
-    echo(title)
-    if mc is None and not extra:
-        echo(f"  nothing to change: {table.name} has no watermark yet.")
-        return
-    for n in notes:
-        echo(f"  note: {n}")
-    diff = (mc.diff if mc else []) + extra
-    if not diff:
-        echo("  nothing to change.")
-        return
-    for line in diff:
-        echo(line)
-    if dry_run:
-        echo("dry run: nothing written.")
-        return
-    if not yes:
-        click.confirm("Apply this change?", abort=True, err=True)
-    # The bytes the edit replaces, read before it commits: the commit's compare-and-swap
-    # refuses if they are not the record shown, so they are kept only once it succeeded.
-    replaced = watermark_history.primary_body(store, table.name) if mc and mc.diff else None
-    saved = watermark_edit.commit(store, mc, now=now) if mc and mc.diff else None
-    if replaced is not None and saved is not None:
-        try:
-            vid, key = watermark_history.keep_copy(store, table.name, keep, replaced)
-            echo(
-                f"kept the record it replaced as version {vid} ({key}): "
-                f"`s3rs watermark restore -t {table.name} --to {vid}` puts it back"
-            )
-        except S3rsError as e:  # the edit is done; only its undo copy is missing
-            echo(f"warning: {e}; `s3rs watermark history -t {table.name}` lists the other "
-                 "copies", err=True, fg="yellow")
-    if act is not None:
-        echo(act())
-    if saved is not None:
-        echo(f"saved: next sync starts from {next_start(table, saved)[2]}")
-
-
 @watermark.command("set")
 @click.option("-t", "--table", "name", required=True, help="schema.table")
 @click.option("--timestamp", "ts_text", required=True, help=TIMESTAMP_HELP)
@@ -238,7 +178,7 @@ def watermark_set(name: str, ts_text: str, yes: bool, dry_run: bool) -> None:
             "tables.yaml start): rows before it are never read. Lower `start` in "
             f"tables.yaml, or use `s3rs watermark reset -t {table.name}` to start from it."
         )
-    _manual_change(
+    manual_change(
         table,
         lambda rec: apply_set(rec, table, ts),
         title=f"watermark set {table.name} to {_fmt(ts)} (source clock now {_fmt(source_now)}):",
@@ -297,7 +237,7 @@ def watermark_reset(
             return f"load ledger: {n:,} entr{'y' if n == 1 else 'ies'} of {target} deleted"
 
         also = (lines, forget)
-    _manual_change(
+    manual_change(
         table,
         lambda rec: apply_reset(rec, mysql, redshift),
         title=f"watermark reset {table.name} ({'both stages' if mysql and redshift else 'MySQL side' if mysql else 'load side'}):",  # noqa: E501
@@ -483,3 +423,8 @@ def watermark_cleanup_backups(days_to_keep: int, dry_run: bool, as_json: bool) -
         echo(f"  failed {k}: {e}", err=True)
     if report.failed:
         sys.exit(1)
+
+
+# the undo of set/reset, in their own module (cli/watermark_history.py)
+watermark.add_command(watermark_history)
+watermark.add_command(watermark_restore)

@@ -1,6 +1,6 @@
 """`s3rs watermark history -t T` and `s3rs watermark restore -t T --to ID`: the undo of a
 manual edit. The versions and the restore change are in `watermark_history`; the
-description, confirmation and compare-and-swap are `watermark set`'s (`_manual_change`)."""
+description, confirmation and compare-and-swap are `watermark set`'s (`manual_change`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import click
 
 from s3rs_assets import watermark_history as history
 from s3rs_assets.cli.common import _dump, _s3_checked, _store, _table, echo, friendly_errors
-from s3rs_assets.cli.watermark import _manual_change
+from s3rs_assets.cli.watermark_change import manual_change
 from s3rs_assets.config import TableConfig
 from s3rs_assets.watermark import iso
 from s3rs_assets.watermark_edit import MANUAL_STRATEGY, describe_change, next_start
@@ -145,7 +145,7 @@ def watermark_restore(name: str, ident: str, yes: bool, dry_run: bool) -> None:
     table = _table(name)
     store = _store(_s3_checked())
     version = history.find(store, table.name, ident)
-    _manual_change(
+    manual_change(
         table,
         history.restore_change(version),
         title=f"watermark restore {table.name} to version {version.id} "
