@@ -21,7 +21,7 @@ partition the watermark knows.
 """
 
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 import dagster as dg
 from pydantic import Field
@@ -101,12 +101,13 @@ def not_compared(
 
 
 def matches_mysql_result(
-    scope: list[str], checks: list[PartitionCheck], pending: int
+    scope: list[str], checks: list[PartitionCheck], pending: int, **ids: Any
 ) -> dg.AssetCheckResult:
-    """The `matches_mysql` evaluation. Row counts are text: a check covers the run's
-    partitions in a sync and every known partition when executed alone, so as numbers
-    Dagster would plot 100,000 and then 17,544 — which reads as loss. The numbers it plots
-    keep one meaning: partitions checked and partitions that differ."""
+    """The `matches_mysql` evaluation (`ids`: its asset_key and check_name, where one op
+    yields several checks). Row counts are text: a check covers the run's partitions in a
+    sync and every known partition when executed alone, so as numbers Dagster would plot
+    100,000 and then 17,544 — which reads as loss. The numbers it plots keep one meaning:
+    partitions checked and partitions that differ."""
     bad = [c for c in checks if not c.ok]
     span = f"partition(s) {scope[0]} .. {scope[-1]}" if scope else "no partition"
     mysql_rows = sum(c.mysql_rows for c in checks)
@@ -123,6 +124,7 @@ def matches_mysql_result(
         else f"{len(checks)} partition(s) match ({mysql_rows:,} rows)"
     )
     return dg.AssetCheckResult(
+        **ids,
         passed=not bad,
         severity=dg.AssetCheckSeverity.ERROR,
         description=summary + not_yet,

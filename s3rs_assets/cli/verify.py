@@ -81,7 +81,11 @@ def _print(
     apart, in NOT YET, those not synced yet (at or above it)."""
     by_key = {c.partition: c for c in checks}
     keys = [c.partition for c in checks] + [k for k in pending if k not in by_key]
-    shown = [k for k in keys if pending.get(k) or not (by_key[k].ok and by_key[k].mysql_rows == 0)]
+    shown = [
+        k
+        for k in keys
+        if pending.get(k) or (k in by_key and not (by_key[k].ok and by_key[k].mysql_rows == 0))
+    ]
     bad = [c for c in checks if not c.ok]
     echo(f"{table.name} (MySQL) vs {target.qualified} ({dialect})")
     echo(f"  {'PARTITION':<18} {'MYSQL ROWS':>12} {'WAREHOUSE ROWS':>15} {'NOT YET':>9}  RESULT")
