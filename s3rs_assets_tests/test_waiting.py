@@ -19,6 +19,7 @@ from s3rs_assets.config import load_tables
 from s3rs_assets.source import Blocker, SafetyBound
 from s3rs_assets.waiting import Waiting, count_windows, show_lag, waiting
 from s3rs_assets_tests import test_cli
+from s3rs_assets_tests.conftest import MYSQL_HOST, MYSQL_PORT
 from s3rs_assets_tests.helpers import insert_rows, make_ties_table
 from s3rs_assets_tests.test_cli import day, invoke, key_of, mysql, pg
 
@@ -28,6 +29,7 @@ stack = test_cli.stack
 NOW = datetime(2026, 11, 26, 15, 25, 3)
 LAG = timedelta(minutes=5)
 TABLE = "wt_orders"
+DAY_LAG = "wt_day_lag"  # lag 1d: today's partition lies wholly above the bound
 
 
 def _bound(*blockers: Blocker, lag: timedelta = LAG) -> SafetyBound:
@@ -93,6 +95,8 @@ def cli_tables_file(tmp_path_factory, mysql_db):
     path.write_text(yaml.safe_dump({"tables": [
         {"name": f"{mysql_db}.{TABLE}", "start": key_of(day(2)), "lag": "5m",
          "partition": "daily", "chunk_rows": 100},
+        {"name": f"{mysql_db}.{DAY_LAG}", "start": key_of(day(4)), "lag": "1d",
+         "partition": "daily"},
     ]}, sort_keys=False))
     return path
 
@@ -219,3 +223,35 @@ def test_waiting_counts_against_the_given_bound(stack):
             5, now - timedelta(minutes=5), now - timedelta(minutes=1), 0)
         w = waiting(conn, cfg, bound, upper=now - timedelta(minutes=7, seconds=30))
         assert w.rows == 7
+
+
+def test_verify_with_partitions_wholly_above_the_bound(stack):
+    """Lag 1d: today's partition lies wholly above the bound. Its rows are NOT YET, an empty
+    one is not shown, and nothing of it is a mismatch."""
+    from s3rs_assets.load import ensure_target
+    from s3rs_assets.load_stage import load_target
+    from s3rs_assets.resources import MySQLResource
+    from s3rs_assets.warehouse import WarehouseResource
+
+    now = _mysql_now(stack.db)
+    old = [(i, day(3) + timedelta(hours=i)) for i in range(1, 6)]
+    with mysql(stack.db) as conn:
+        make_ties_table(conn, DAY_LAG, old)
+    cfg = next(t for t in load_tables() if t.name == stack.name(DAY_LAG))
+    url = f"mysql://root:@{MYSQL_HOST}:{MYSQL_PORT}/{stack.db}"
+    ensure_target(WarehouseResource(url=stack.pg_url), load_target(cfg, MySQLResource(url=url)))
+    with pg(stack) as c, c.cursor() as cur:
+        cur.execute(f'TRUNCATE "{stack.db}"."{DAY_LAG}"')
+        cur.executemany(f'INSERT INTO "{stack.db}"."{DAY_LAG}" (id, update_at, amount, note) '
+                        "VALUES (%s, %s, %s, %s)",
+                        [(i, ts, f"{i}.0001", f"row {i} ✓") for i, ts in old])
+    empty = invoke("verify", "-t", cfg.name)  # nothing above the bound yet
+    assert empty.exit_code == 0, empty.output
+    assert key_of(day(0)) not in empty.output and "not yet" not in empty.output
+    with mysql(stack.db) as conn:
+        insert_rows(conn, DAY_LAG, [(100, now - timedelta(minutes=1))])
+    r = invoke("verify", "-t", cfg.name)
+    assert r.exit_code == 0, r.output
+    assert f"  {key_of(day(0)):<18} {'-':>12} {'-':>15} {1:>9,}  not yet synced" in r.output
+    assert "all match; 1 row(s) not yet synced, not compared (NOT YET)" in r.output
+    assert "(their cursor + lag 1d;" in r.output
