@@ -11,7 +11,8 @@ import re
 
 import pytest
 
-from s3rs_assets import cli, watermark_history
+from s3rs_assets import cli
+from s3rs_assets.watermark import history as watermark_history
 from s3rs_assets_tests import test_cli
 from s3rs_assets_tests.test_cli import (
     day,

@@ -39,7 +39,7 @@ from s3rs_assets.progress import (
     run_retries,
     run_timings,
 )
-from s3rs_assets.watermark_edit import fmt as _fmt
+from s3rs_assets.watermark.edits import fmt as _fmt
 
 OK, FAILED, UNUSABLE = 0, 1, 2
 log = logging.getLogger("s3rs.cli")

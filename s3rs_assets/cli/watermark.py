@@ -1,8 +1,8 @@
 """`s3rs watermark get|set|reset|list|backup-status|cleanup-backups` (`history` and
 `restore`, the undo, are in `cli/watermark_history.py`).
 
-Thin: the edits and the compare-and-swap guard are in `watermark_edit`, storage in
-`watermark_store`; this module parses, asks, prints. Manual changes are compare-and-swap
+Thin: the edits and the compare-and-swap guard are in `watermark.edits`, storage in
+`watermark.store`; this module parses, asks, prints. Manual changes are compare-and-swap
 updates of the record that was shown: a run writing the same table meanwhile makes the
 command fail (exit 2) instead of mixing the two, and later runs only move the cursors
 forward from where `set` put them.
@@ -35,14 +35,14 @@ from s3rs_assets.load import clear_ledger, ledger_versions
 from s3rs_assets.partitions import partition_keys, partitions_def, window
 from s3rs_assets.times import TIMESTAMP_HELP, parse_timestamp_syntax, resolve_timestamp
 from s3rs_assets.watermark import WatermarkRecord, iso, utcnow
-from s3rs_assets.watermark_edit import (
+from s3rs_assets.watermark.edits import (
     MANUAL_STRATEGY,
     apply_reset,
     apply_set,
     closed_summary,
     next_start,
 )
-from s3rs_assets.watermark_edit import fmt as _fmt
+from s3rs_assets.watermark.edits import fmt as _fmt
 
 
 @click.group()
@@ -373,7 +373,7 @@ def _age(seconds: int | None) -> str:
 def watermark_backup_status(name: str, as_json: bool) -> None:
     """Primary, daily and session copies of a table's watermark: present, valid, current."""
     table = _table(name)
-    status = _store(_s3_checked()).backup_status(table.name)
+    status = _store(_s3_checked()).copy_status(table.name)
     if as_json:
         _dump(status)
         return
@@ -407,7 +407,7 @@ def watermark_backup_status(name: str, as_json: bool) -> None:
 @friendly_errors
 def watermark_cleanup_backups(days_to_keep: int, dry_run: bool, as_json: bool) -> None:
     """Delete old watermark backups (never a primary, never a table's newest valid copy)."""
-    report = _store(_s3_checked()).cleanup_backups(days_to_keep, dry_run=dry_run)
+    report = _store(_s3_checked()).cleanup_copies(days_to_keep, dry_run=dry_run)
     if as_json:
         _dump({**report.as_metadata(), "keys": report.deleted})
         return

@@ -1,6 +1,6 @@
 """What every manual watermark edit shares (`set`, `reset`, `restore`): show before ->
 after, confirm, write compare-and-swap onto the record that was shown, and keep the
-record it replaced so the edit can be undone (`watermark_history.keep_copy`)."""
+record it replaced so the edit can be undone (`watermark.history.keep_copy`)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,13 @@ from typing import Any
 
 import click
 
-from s3rs_assets import watermark_edit, watermark_history
 from s3rs_assets.cli.common import _s3_checked, _store, echo
 from s3rs_assets.config import TableConfig
 from s3rs_assets.errors import S3rsError
 from s3rs_assets.watermark import WatermarkRecord
-from s3rs_assets.watermark_edit import next_start
+from s3rs_assets.watermark import edits as watermark_edit
+from s3rs_assets.watermark import history as watermark_history
+from s3rs_assets.watermark.edits import next_start
 
 
 def manual_change(
@@ -36,7 +37,7 @@ def manual_change(
     (watermark_edit.commit refuses if the record moved since it was shown). `also` is a
     change outside the record (its description lines, and the call that makes it after the
     record is saved). The record replaced is first kept as the session copy
-    `before-<keep>-<time>` (watermark_history.keep_copy), so `watermark restore` can put it
+    `before-<keep>-<time>` (watermark.history.keep_copy), so `watermark restore` can put it
     back whatever the bucket's versioning."""
     store = store or _store(_s3_checked())
     mc = watermark_edit.preview(store, table, change, now=now, create=create)

@@ -1,18 +1,17 @@
 """`s3rs watermark history -t T` and `s3rs watermark restore -t T --to ID`: the undo of a
-manual edit. The versions and the restore change are in `watermark_history`; the
+manual edit. The versions and the restore change are in `watermark.history`; the
 description, confirmation and compare-and-swap are `watermark set`'s (`manual_change`)."""
 
 from __future__ import annotations
 
 import click
 
-from s3rs_assets import watermark_history as history
 from s3rs_assets.cli.common import _dump, _s3_checked, _store, _table, echo, friendly_errors
 from s3rs_assets.cli.watermark_change import manual_change
 from s3rs_assets.config import TableConfig
-from s3rs_assets.watermark import iso
-from s3rs_assets.watermark_edit import MANUAL_STRATEGY, describe_change, next_start
-from s3rs_assets.watermark_edit import fmt as _fmt
+from s3rs_assets.watermark import history, iso
+from s3rs_assets.watermark.edits import MANUAL_STRATEGY, describe_change, next_start
+from s3rs_assets.watermark.edits import fmt as _fmt
 
 #: change lines shown per version in `history` (the restore preview shows them all)
 SHOWN_CHANGES = 8

@@ -37,7 +37,7 @@ from s3rs_assets.resources import MySQLResource, S3Resource
 from s3rs_assets.source import describe, safety_bound
 from s3rs_assets.warehouse import WarehouseResource
 from s3rs_assets.watermark import ReconcileRepair, ReconcileState, WatermarkRecord, utcnow
-from s3rs_assets.watermark_store import WatermarkStore
+from s3rs_assets.watermark.store import WatermarkStore
 
 #: JSON document version of `ReconcileReport.as_json` (bump on incompatible change)
 REPORT_VERSION = 1

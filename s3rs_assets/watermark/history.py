@@ -16,7 +16,7 @@ copies later runs overwrite, the record before an edit can be put back. They sit
 from the daily and session backups on purpose: recovery restores the newest valid copy it
 finds, and must never bring back a record an operator replaced.
 
-Restoring goes through `watermark_edit.preview/commit` like `set`: the same description,
+Restoring goes through `watermark.edits.preview/commit` like `set`: the same description,
 confirmation and compare-and-swap onto the record that was shown. It puts back the read
 position and the manifests (partitions, closed ranges, the load mirror, statuses, the
 manual setting); it keeps the current `reconcile` section (repairs already made to the
@@ -35,8 +35,9 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from s3rs_assets.errors import ConfigError, WatermarkError
-from s3rs_assets.watermark import WatermarkRecord
-from s3rs_assets.watermark_store import S3_ERRORS, WatermarkStore
+from s3rs_assets.watermark.objects import S3_ERRORS
+from s3rs_assets.watermark.record import WatermarkRecord
+from s3rs_assets.watermark.store import WatermarkStore
 
 ID_LENGTH = 8
 #: Fields a restore keeps from the current record (see the module docstring).
