@@ -1,28 +1,39 @@
 """One reconcile pass over one table: validate, (finish a pending repair), diff, repair,
-record. What `s3rs reconcile`, the `reconciled` asset check and the schedule all call.
+confirm, record. What `s3rs reconcile`, the `reconciled` asset check and the schedule all
+call.
 
-Bad input changes nothing: the table, options, MySQL table, watermark (a table never
-synced has none) and warehouse target are all checked before the first write.
+Bad input changes nothing: the table, options, MySQL table and warehouse target are all
+checked before the first write (a `ConfigError`, exit 2).
+
+A pass without `apply` only reads: it writes nothing anywhere (no S3 object, no watermark
+record, no warehouse statement other than SELECT). It reads the primary watermark record
+as it is, without the store's recovery (which would write), only to tell of a pending
+repair. With `apply`, the record's reconcile section gets the pending repair, the loaded
+repair and the pass's summary; an error after the first write is a `RepairIncomplete`.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
 
+from botocore.exceptions import BotoCoreError, ClientError
+
 from s3rs_assets.config import TableConfig
-from s3rs_assets.errors import ConfigError
+from s3rs_assets.errors import ConfigError, S3rsError
 from s3rs_assets.load import LoadTarget
 from s3rs_assets.reconcile.diff import KINDS, Differ, DiffResult
 from s3rs_assets.reconcile.keys import restrict, root
 from s3rs_assets.reconcile.repair import (
     RepairPlan,
     RepairResult,
+    confirm,
     describe_examples,
     load_repair,
+    new_pass_id,
     plan_repair,
     read_keys,
     write_repair_file,
@@ -43,6 +54,11 @@ from s3rs_assets.watermark_store import WatermarkStore
 REPORT_VERSION = 1
 #: loaded repair files the record keeps
 REPAIRS_KEPT = 50
+
+
+class RepairIncomplete(S3rsError):
+    """`--apply` failed after its first write (a repair file, the pending record, the
+    load): what was written is recorded as pending, and the next `--apply` finishes it."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +102,33 @@ class ReconcileReport:
     resumed: list[RepairResult] = field(default_factory=list)
     pending: str | None = None  # a repair left pending by a crashed run (not applied now)
     timings: dict[str, float] = field(default_factory=dict)
+    pass_id: str = ""
+    #: key text -> why, for planned repairs still different after the load (`confirm`)
+    after_repair: dict[str, str] = field(default_factory=dict)
+    #: a note on what the pass could not read (e.g. the watermark record, read-only)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def unrepaired(self) -> list[str]:
+        """Keys (text) the repair should have fixed and did not, without a reason."""
+        return sorted(k for k, why in self.after_repair.items() if why == "not_repaired")
+
+    def not_yet(self) -> dict[str, int]:
+        """Differences left for the next sync or pass because MySQL changed them meanwhile."""
+        out = dict(self.plan.not_yet()) if self.plan else {}
+        for why in self.after_repair.values():
+            if why != "not_repaired":
+                out[why] = out.get(why, 0) + 1
+        return out
+
+    def ok(self) -> bool:
+        """Exit 0: nothing differs, or `--apply` repaired all of it (or MySQL changed what it
+        left during the pass: "not yet", never a failure)."""
+        if not self.applied:
+            return self.total == 0
+        if self.plan is None:
+            return self.total == 0
+        return not self.unrepaired and not self.plan.over_cap()
 
     def counts(self) -> dict[str, int]:
         return {k: self.diff.count(k) for k in KINDS}
@@ -130,12 +173,18 @@ class ReconcileReport:
             doc["differences"] = [x.as_json() for x in d.differences]
         if self.plan is not None:
             doc["repair"] = {
+                "pass_id": self.pass_id,
                 "planned_upserts": self.plan.upserts,
                 "planned_deletes": self.plan.deletes,
                 "skipped": dict(self.plan.skipped),
+                "not_yet": self.not_yet(),
+                "not_repaired": self.unrepaired,
                 **self.repaired(),
                 "files": [r.file for r in self.repairs],
             }
+        doc["ok"] = self.ok()
+        if self.notes:
+            doc["notes"] = list(self.notes)
         if self.resumed:
             doc["resumed_repairs"] = [
                 {"file": r.file, "loaded_now": r.loaded} for r in self.resumed
@@ -171,24 +220,53 @@ def reconcile_table(
     checkpoint: Callable[[str], None] | None = None,
     log: Callable[[str], None] | None = None,
 ) -> ReconcileReport:
-    """Compare (and with `options.apply`, repair) `table`; record the pass in its
-    watermark's reconcile section. `checkpoint(name)` is called at "after_diff",
-    "after_repair_file", "after_pending", inside the load (load.CHECKPOINTS) and at
-    "after_load" (committed, not yet recorded); what it raises stops the pass there."""
+    """Compare (and with `options.apply`, repair) `table`; with `apply`, record the pass in
+    its watermark's reconcile section (without, nothing is written: module docstring).
+    `checkpoint(name)` is called at "after_diff", "after_repair_file", "after_pending",
+    inside the load (load.CHECKPOINTS) and at "after_load" (committed, not yet recorded);
+    what it raises stops the pass there."""
     say = log or (lambda _m: None)
     observe = checkpoint or (lambda _n: None)
     t0 = time.monotonic()
     options.check(table.name)
-    p = _validate(table, mysql, warehouse, store, options)
-    p.timings["validate"] = time.monotonic() - t0
-    resumed = _finish_pending(p, s3, options, say, observe)
-    report, sides = _diff(p, mysql, options, resumed, say)
-    observe("after_diff")
-    if options.apply and report.diff.differences:
-        _repair(p, mysql, s3, options, report, sides, observe)
-    p.timings["total"] = time.monotonic() - t0
-    _record_run(store, table.name, report)
-    return report
+    p: _Pass | None = None
+    try:
+        p = _validate(table, mysql, warehouse, store, options)
+        p.timings["validate"] = time.monotonic() - t0
+        if not options.apply:
+            report, _ = _diff(p, mysql, options, [], say)
+            observe("after_diff")
+            p.timings["total"] = time.monotonic() - t0
+            return report
+        resumed = _finish_pending(p, s3, options, say, observe)
+        report, sides = _diff(p, mysql, options, resumed, say)
+        report.pass_id = new_pass_id()
+        observe("after_diff")
+        if report.diff.differences:
+            _repair(p, mysql, s3, options, report, sides, observe)
+        p.timings["total"] = time.monotonic() - t0
+        _record_run(store, table.name, report)
+        return report
+    except Exception as e:
+        if not isinstance(e, S3rsError) and not _service_error(e):
+            raise  # a bug, or a test's injected crash: as it is
+        what = str(e) if isinstance(e, S3rsError) else f"{type(e).__name__}: {e}"
+        if p is not None and p.wrote:
+            raise RepairIncomplete(
+                f"{table.name}: reconcile --apply stopped after it began to write: {what}; "
+                "run `s3rs reconcile --apply` again: it finishes the pending repair (if one "
+                "was recorded) and repairs what is left"
+            ) from e
+        if isinstance(e, S3rsError):
+            raise
+        raise ConfigError(f"{table.name}: {what}; nothing was changed") from None
+
+
+def _service_error(e: BaseException) -> bool:
+    """An error of a database driver or of S3 (a connection refused or lost, a privilege
+    missing, a statement refused): the service's answer, not a bug of ours."""
+    return type(e).__module__.split(".")[0] in ("pymysql", "psycopg", "redshift_connector",
+                                                "botocore")
 
 
 @dataclass
@@ -200,13 +278,16 @@ class _Pass:
     store: WatermarkStore
     target: LoadTarget
     integer_key: bool
-    record: WatermarkRecord
+    record: WatermarkRecord | None
     soft_col: bool  # the warehouse table has DELETED_AT
     date_cursor: bool  # the bound is rounded down to whole days
     timings: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    wrote: bool = False  # the pass has begun to write (S3, the record or the warehouse)
 
     def ensure_deleted_at(self) -> None:
         if not self.soft_col:
+            self.wrote = True
             _add_deleted_at(self.warehouse, self.target)
             self.soft_col = True
 
@@ -230,18 +311,22 @@ def _validate(
             f"{table.name}: --from/--to need an integer first primary-key column; "
             f"{first!r} is {kind}"
         )
-    record = store.read(table.name)
-    if record is None:
-        raise ConfigError(
-            f"{table.name} has never been synced (no watermark): run `s3rs sync -t "
-            f"{table.name}` first; nothing was compared"
-        )
+    notes: list[str] = []
+    if options.apply:
+        record = store.read(table.name)
+        if record is None:
+            raise ConfigError(
+                f"{table.name} has never been synced (no watermark): run `s3rs sync -t "
+                f"{table.name}` first; nothing was compared"
+            )
+    else:
+        record = _peek_record(store, table.name, notes)
     have = _warehouse_columns(warehouse, target)
     if have is None:
         raise ConfigError(
-            f"{table.name}: the warehouse table {target.qualified} does not exist "
-            f"({warehouse.redacted()}): the table has never been loaded; run `s3rs sync -t "
-            f"{table.name}` first; nothing was compared"
+            f"{table.name} has never been synced: the warehouse table {target.qualified} "
+            f"does not exist ({warehouse.redacted()}); run `s3rs sync -t {table.name}` "
+            "first; nothing was compared"
         )
     lacking = [c.name for c in target.columns if _fold(c.name, warehouse.dialect) not in have]
     if lacking:
@@ -251,8 +336,37 @@ def _validate(
         )
     soft_col = _fold(DELETED_AT, warehouse.dialect) in have
     return _Pass(
-        table, warehouse, store, target, integer_key, record, soft_col, src.cursor_is_date
+        table, warehouse, store, target, integer_key, record, soft_col, src.cursor_is_date,
+        notes=notes,
     )
+
+
+def _peek_record(store: WatermarkStore, table: str, notes: list[str]) -> WatermarkRecord | None:
+    """The primary record as S3 holds it, or None: a read that never writes (the store's
+    `read` restores a missing or invalid primary from its copies, which is a write)."""
+    key = store.layout.watermark_primary(table)
+    try:
+        body = store.client.get_object(Bucket=store.bucket, Key=key)["Body"].read()
+    except ClientError as e:
+        if e.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NotFound"):
+            notes.append(f"no watermark record at s3://{store.bucket}/{key} (not recovered: "
+                         "reconcile without --apply writes nothing)")
+            return None
+        raise ConfigError(
+            f"{table}: cannot read its watermark record s3://{store.bucket}/{key}: {e}; "
+            "nothing was compared"
+        ) from None
+    except BotoCoreError as e:
+        raise ConfigError(
+            f"{table}: cannot reach S3 to read s3://{store.bucket}/{key}: {e}; nothing was "
+            "compared"
+        ) from None
+    try:
+        return WatermarkRecord.from_json(body, table_name=table)
+    except Exception as e:  # noqa: BLE001 - an invalid record only loses the pending note
+        notes.append(f"the watermark record s3://{store.bucket}/{key} is not valid ({e}); "
+                     "not recovered: reconcile without --apply writes nothing")
+        return None
 
 
 def _finish_pending(
@@ -263,11 +377,12 @@ def _finish_pending(
     observe: Callable[[str], None],
 ) -> list[RepairResult]:
     """Load the repair a crashed pass recorded as pending (only with --apply)."""
-    state = p.record.reconcile
+    state = p.record.reconcile if p.record else None
     pending = state.pending if state else None
     if pending is None or not options.apply:
         return []
     say(f"{p.table.name}: finishing the pending repair {pending.file.key}")
+    p.wrote = True
     keys = read_keys(s3, pending.file)
     if pending.soft:
         p.ensure_deleted_at()
@@ -306,7 +421,7 @@ def _diff(
         f"rows below {bound.isoformat()} compared in {p.timings['diff']:.2f}s: "
         + ", ".join(f"{n} {k}" for k, n in ((k, diff.count(k)) for k in KINDS))
     )
-    state = p.record.reconcile
+    state = p.record.reconcile if p.record else None
     pending = state.pending if state and not resumed else None
     report = ReconcileReport(
         table=table.name,
@@ -320,6 +435,7 @@ def _diff(
         resumed=resumed,
         pending=pending.file.key if pending else None,
         timings=p.timings,
+        notes=p.notes,
     )
     return report, (mside, wside)
 
@@ -334,7 +450,8 @@ def _repair(
     observe: Callable[[str], None],
 ) -> None:
     """Confirm the differences at a fresh read, write them as a repair file, record it as
-    pending, load it through the ledger, record it loaded: a crash anywhere repeats nothing."""
+    pending, load it through the ledger, record it loaded, look the keys up again: a crash
+    anywhere repeats nothing."""
     t2 = time.monotonic()
     mside, wside = sides
     bound = report.bound
@@ -349,7 +466,10 @@ def _repair(
         p.ensure_deleted_at()
     t3 = time.monotonic()
     table = p.table
-    entry = write_repair_file(s3, (table.schema, table.table), p.target, plan, bound)
+    p.wrote = True
+    entry = write_repair_file(
+        s3, (table.schema, table.table), p.target, plan, bound, report.pass_id
+    )
     observe("after_repair_file")
     repair = ReconcileRepair(
         file=entry, upserts=plan.upserts, deletes=plan.deletes, soft=soft, bound=bound
@@ -363,6 +483,11 @@ def _repair(
     observe("after_load")
     _record_loaded(p.store, table.name, repair)
     p.timings["repair"] = time.monotonic() - t3
+    t4 = time.monotonic()
+    wside = replace(wside, soft_deletes=p.soft_col)  # the column may be new: scope follows
+    with mysql.connect() as conn, p.warehouse.connection(autocommit=True) as wconn:
+        report.after_repair = confirm(conn, wconn, mside, wside, plan, bound)
+    p.timings["after_repair_check"] = time.monotonic() - t4
 
 
 def _add_deleted_at(warehouse: WarehouseResource, target: LoadTarget) -> None:

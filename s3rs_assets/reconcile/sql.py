@@ -24,6 +24,7 @@ from typing import Any, Literal
 from s3rs_assets.identifiers import mysql_quote, mysql_table, pg_quote, pg_table
 from s3rs_assets.load import LoadTarget
 from s3rs_assets.load.sql import warehouse_type
+from s3rs_assets.reconcile import hashing
 from s3rs_assets.reconcile.keys import INTEGER_TYPES, Segment, Split
 from s3rs_assets.types import SPATIAL, TEMPORAL, SourceColumn, invalid_date
 from s3rs_assets.verify import mysql_field, mysql_row_hash, warehouse_field, warehouse_row_hash
@@ -36,8 +37,6 @@ DELETED_AT = "_s3rs_deleted_at"
 KEYS_TABLE = "s3rs_reconcile_keys"
 #: keys per lookup statement
 KEY_BATCH = 500
-#: the prime modulus (2^31-1) of the arithmetic row hash
-M31 = 2147483647
 
 Query = tuple[str, list[Any]]
 
@@ -108,37 +107,74 @@ class TableSQL:
 
     @property
     def arithmetic(self) -> bool:
-        """Key mode on one integer key column and a date/time cursor (the common shape)
-        hashes with integer arithmetic instead of MD5 over text: no per-row formatting,
-        about twice as fast on both sides, the same numbers on each."""
+        """Key mode on integer key columns (one or several) and a date/time cursor hashes
+        with integer arithmetic instead of MD5 over text: no per-row formatting, the same
+        numbers on each side. See `s3rs_assets.reconcile.hashing` for why it has no blind
+        spot."""
         t = self.target
         return (
             self.columns == "key"
-            and len(t.primary_key) == 1
-            and first_key_is_integer(t)
-            and self._col(t.cursor).data_type in ("datetime", "timestamp", "date")
+            and all(_integer_digits(self._col(k)) for k in t.primary_key)
+            and self._col(t.cursor).data_type in TEMPORAL
+            and len(self._digits()) <= hashing.MAX_DIGITS
         )
 
-    def _arithmetic_hash(self) -> str:
-        """A 62-bit row hash from (key, cursor in microseconds since 1970): two quadratic
-        residues modulo the prime 2^31-1, so that sums of them catch moved cursors and
-        swapped rows (a linear sum would not). Every intermediate value stays below 2^63
-        in BIGINT; negative keys and cursors before 1970 give the same (negative) MOD on
-        all three databases; a NULL (or zero-date) cursor counts as -1."""
+    def _digits(self) -> list[str]:
+        """The row's digits as SQL: each key column's, then the cursor's (hashing.py)."""
+        out: list[str] = []
+        for k in self.target.primary_key:
+            col = self._col(k)
+            out += [self._int_digit(self.q(k), col, i) for i in range(_integer_digits(col))]
+        micros = f"COALESCE({self._micros()}, {hashing.NULL_MICROS})"
+        out += [self._mod(micros), self._div(micros, hashing.RADIX, integral=True)]
+        return out
+
+    def _micros(self) -> str:
+        """The cursor in microseconds since 1970-01-01 (NULL: NULL or a zero date)."""
         c = self.q(self.target.cursor)
         if self.side == "mysql":
-            key = f"CAST(MOD({self.first_key}, {M31}) AS SIGNED)"  # BIGINT UNSIGNED too
-            micros = f"TIMESTAMPDIFF(MICROSECOND, '1970-01-01', {c})"
-        elif self.side == "postgres":
-            key = f"CAST(MOD({self.first_key}, {M31}) AS BIGINT)"
-            micros = f"CAST(EXTRACT(EPOCH FROM {c}) * 1000000 AS BIGINT)"
-        else:
-            key = f"CAST(MOD({self.first_key}, {M31}) AS BIGINT)"
-            micros = f"DATEDIFF(microsecond, CAST('1970-01-01' AS TIMESTAMP), {c})"
-        m = f"MOD(COALESCE({micros}, -1), {M31})"
-        x = f"MOD({key} * 48271 + {m}, {M31})"
-        y = f"MOD({key} * 69621 + {m} * 16807 + 1, {M31})"
-        h = f"(MOD({x} * {x}, {M31}) + 2147483648 * MOD({y} * {y}, {M31}))"
+            return f"TIMESTAMPDIFF(MICROSECOND, '1970-01-01', {c})"
+        if self.side == "postgres":
+            return f"CAST(EXTRACT(EPOCH FROM {c}) * 1000000 AS BIGINT)"
+        return f"DATEDIFF(microsecond, CAST('1970-01-01' AS TIMESTAMP), {c})"
+
+    def _mod(self, v: str) -> str:
+        r = hashing.RADIX
+        return f"CAST(MOD({v}, {r}) AS SIGNED)" if self.mysql else f"CAST(MOD({v}, {r}) AS BIGINT)"
+
+    def _div(self, v: str, by: int, *, integral: bool) -> str:
+        """`v` divided by `by`, truncated toward zero (as MOD's remainder expects)."""
+        if self.side == "mysql":
+            return f"CAST({v} DIV {by} AS SIGNED)"
+        if integral:  # integer division truncates on both
+            return f"({v} / {by})"
+        if self.side == "postgres":
+            return f"CAST(DIV({v}, {by}) AS BIGINT)"
+        return f"CAST(FLOOR({v} / {by}) AS BIGINT)"  # DECIMAL(20,0): never negative
+
+    def _int_digit(self, v: str, col: SourceColumn, i: int) -> str:
+        """Digit `i` of an integer column (hashing.RADIX-ary, truncated division)."""
+        n = _integer_digits(col)
+        integral = _is_integer(col)
+        r = hashing.RADIX
+        if i == 0:
+            return self._mod(v)
+        if i == n - 1:
+            return self._div(v, r**i, integral=integral)
+        return self._mod(self._div(v, r**i, integral=integral))
+
+    def _arithmetic_hash(self) -> str:
+        """hashing.row_hash as SQL: two products of (digit + offset) modulo 2^31-1."""
+        p = hashing.P
+        digits = self._digits()
+        parts = []
+        for j in range(2):
+            h = ""
+            for i, d in enumerate(digits):
+                f = f"({d} + {hashing.offset(j, i)})"
+                h = f if not h else f"MOD({h} * {f}, {p})"
+            parts.append(h)
+        h = f"({parts[0]} + 2147483648 * {parts[1]})"
         return f"CAST({h} AS DECIMAL(38,0))" if self.side == "redshift" else h
 
     def _md5_digits(self, start: int, count: int) -> str:
@@ -177,20 +213,34 @@ class TableSQL:
         return f"{pred} AND {self.scope()}", [*params, bound]
 
     def child_index(self, sp: Split) -> Query:
-        """The expression numbering a row's child in `sp`, clamped for open ends."""
+        """The expression numbering a row's child in `sp`, clamped for open ends.
+
+        `k0 - lo` must stay in BIGINT: a span of 2^62 or more (keys near both ends of
+        BIGINT) is computed in DECIMAL, and in MySQL a key below `lo` (a row inserted
+        after the bounds were read) is raised to `lo` first, so an UNSIGNED key never goes
+        negative (error 1690)."""
         if not sp.by_interval:
             return self._md5_digits(len(sp.parent.prefix) + 1, sp.digits), []
+        assert sp.parent.lo is not None and sp.parent.hi is not None
         k0 = self.first_key
+        integral = _is_integer(self._col(self.target.primary_key[0]))
+        lo, params = sp.parent.lo + 1, [sp.parent.lo + 1]
+        if sp.parent.hi - sp.parent.lo >= 2**62:
+            k0 = f"CAST({k0} AS {'NUMERIC' if self.side == 'postgres' else 'DECIMAL(20,0)'})"
+            integral = False
+        elif integral and not self.mysql:  # an INTEGER column: `k0 - lo` in BIGINT
+            k0 = f"CAST({k0} AS BIGINT)"
         if self.side == "mysql":
-            idx = f"({k0} - %s) DIV %s"
+            idx = f"(GREATEST({k0}, %s) - %s) DIV %s"
+            params = [lo, lo]
         elif self.side == "postgres":
             idx = f"DIV({k0} - %s, %s)"
-        elif _is_integer(self._col(self.target.primary_key[0])):
+        elif integral:
             idx = f"({k0} - %s) / %s"
         else:  # DECIMAL(20,0) (BIGINT UNSIGNED) on Redshift
             idx = f"FLOOR(({k0} - %s) / %s)"
         sql = f"LEAST(GREATEST({idx}, 0), %s)"
-        return sql, [sp.parent.lo + 1, sp.width, sp.count - 1]  # type: ignore[operator]
+        return sql, [*params, sp.width, sp.count - 1]
 
     # ---------------------------------------------------------------- queries
 
@@ -231,10 +281,15 @@ class TableSQL:
             return "(" + " OR ".join([one] * n) + ")"
         return f"{cols} IN ({', '.join([row] * n)})"
 
-    def lookup(self, keys: Sequence[Sequence[Any]], select: str) -> Query:
-        """`select` for the rows whose key is one of `keys` (any cursor, any state)."""
-        params = [v for k in keys for v in k]
-        return f"SELECT {select} FROM {self.qualified} WHERE {self._key_in(len(keys))}", params
+    def lookup(self, keys: Sequence[Sequence[Any]], select: str, bound: Any = None) -> Query:
+        """`select` for the rows whose key is one of `keys` (any cursor, any state; with a
+        `bound`, only the rows in scope)."""
+        params: list[Any] = [v for k in keys for v in k]
+        where = self._key_in(len(keys))
+        if bound is not None:
+            where = f"({where}) AND {self.scope()}"
+            params.append(bound)
+        return f"SELECT {select} FROM {self.qualified} WHERE {where}", params
 
     def key_cursor_select(self) -> str:
         """Key text, cursor (and on the warehouse, the soft-delete stamp) for lookups."""
@@ -248,6 +303,13 @@ def _is_integer(col: SourceColumn) -> bool:
     return col.data_type in INTEGER_TYPES and not (
         col.data_type == "bigint" and col.unsigned
     ) and not col.column_type.startswith("tinyint(1)")
+
+
+def _integer_digits(col: SourceColumn) -> int:
+    """How many hashing.RADIX digits an integer column needs (0: not an integer)."""
+    if col.data_type not in INTEGER_TYPES or col.column_type.startswith("tinyint(1)"):
+        return 0
+    return hashing.digits_for(col.data_type)
 
 
 def first_key_is_integer(target: LoadTarget) -> bool:
