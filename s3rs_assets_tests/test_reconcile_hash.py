@@ -36,14 +36,25 @@ def old_hash(key: int, micros: int) -> int:
     return x * x % P + 2**31 * (y * y % P)
 
 
-def new_hash(key: int, micros: int, key_digits: int = 3) -> int:
-    return hashing.row_hash(hashing.row_digits([(key, key_digits)], micros))
+EPOCH = datetime(1970, 1, 1)
+
+
+def micros(t: datetime) -> int:
+    d = t - EPOCH
+    return (d.days * 86400 + d.seconds) * 10**6 + d.microseconds
+
+
+def new_hash(key: int, us: int, key_digits: int = 3) -> int:
+    cursor = EPOCH + timedelta(microseconds=us)
+    return hashing.row_hash(
+        hashing.row_digits([(key, key_digits)], hashing.cursor_digits(cursor, False))
+    )
 
 
 def _rows(n: int, seed: int) -> list[tuple[int, int]]:
     """(key, cursor micros): small, large and negative keys, cursors from 1000 to 9998."""
     rnd = random.Random(seed)
-    lo, hi = hashing.micros(datetime(1000, 1, 1)), hashing.micros(datetime(9998, 1, 1))
+    lo, hi = micros(datetime(1000, 1, 1)), micros(datetime(9998, 1, 1))
     keys = [rnd.randrange(-2**63, 2**63) for _ in range(n // 4)]
     keys += [rnd.randrange(0, 10**6) for _ in range(n // 4)]
     keys += [rnd.randrange(-10**6, 0) for _ in range(n // 4)]
@@ -101,13 +112,15 @@ ZERO = {"date": ["0000-00-00", "2024-02-00"], "datetime(6)": ["0000-00-00 00:00:
         "timestamp(6)": ["0000-00-00 00:00:00"]}
 
 
-def _reference(key_type: str, key: int, cursor: str | None) -> int:
+def _reference(key_type: str, key: int, cursor: str | None, is_date: bool) -> int:
     data_type = key_type.split()[0]
     if cursor is None or cursor.startswith("0000") or "-00" in cursor:
-        m = hashing.NULL_MICROS
+        value = None
     else:
-        m = hashing.micros(datetime.fromisoformat(cursor))
-    return hashing.row_hash(hashing.row_digits([(key, hashing.digits_for(data_type))], m))
+        value = datetime.fromisoformat(cursor)
+    digits = hashing.row_digits([(key, hashing.digits_for(data_type))],
+                                hashing.cursor_digits(value, is_date))
+    return hashing.row_hash(digits)
 
 
 @pytest.mark.parametrize("cursor_type", list(CURSORS))
@@ -122,7 +135,7 @@ def test_python_mysql_and_postgres_compute_the_same_number(env, key_type, cursor
         env.mysql_exec(f"INSERT INTO `{cfg.table}` VALUES (%s, %s)", (key, c))
         stored = env.mysql_exec(f"SELECT CAST(update_at AS CHAR) FROM `{cfg.table}` "
                                 "WHERE id = %s", (key,))[0][0]
-        expected[str(key)] = _reference(key_type, key, stored)
+        expected[str(key)] = _reference(key_type, key, stored, cursor_type == "date")
     target = copy_to_warehouse(env, cfg)
     mside = TableSQL("mysql", cfg.schema, cfg.table, target, "key")
     wside = TableSQL("postgres", target.schema, target.table, target, "key")
@@ -146,9 +159,8 @@ def test_composite_integer_key_is_arithmetic_and_matches(env):
     mside = TableSQL("mysql", cfg.schema, cfg.table, target, "key")
     wside = TableSQL("postgres", target.schema, target.table, target, "key")
     assert mside.arithmetic and wside.arithmetic
-    want = {f"{a}|{b}": hashing.row_hash(hashing.row_digits([(a, 2), (b, 3)],
-                                                            hashing.micros(c)))
-            for a, b, c in rows}
+    want = {f"{a}|{b}": hashing.row_hash(
+        hashing.row_digits([(a, 2), (b, 3)], hashing.cursor_digits(c, False))) for a, b, c in rows}
     mine = env.mysql_exec(f"SELECT CONCAT(a, '|', b), {mside.row_hash()} FROM `{cfg.table}`")
     theirs = env.pg(f"SELECT a || '|' || b, {wside.row_hash()} "
                     f'FROM "{target.schema}"."{target.table}"')

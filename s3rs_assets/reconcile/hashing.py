@@ -11,10 +11,14 @@ The construction
 1. **Digits.** The row becomes a vector of integers `a_1 .. a_n`, each with |a_i| < 2^29:
    every key column in base R = 2^29 (truncated division, so a negative value gives
    non-positive digits; 1 digit for TINYINT..MEDIUMINT, 2 for INT, 3 for BIGINT, signed or
-   unsigned), then the cursor's microseconds since 1970-01-01 (`m`, |m| < 2^58 for years
-   1..9999) as `m MOD R, m DIV R`; a NULL (or zero-date) cursor is `m = -2^57`, below
-   year 1. Mixed-radix digits of fixed count are **injective**: two different rows (other
-   key or other cursor) differ in at least one digit.
+   unsigned), then the cursor: a DATE as its days since 1970; a DATETIME/TIMESTAMP as
+   `(s MOD 512) * 10^6 + us` and `s DIV 512`, with `s` its whole seconds since 1970 (floor)
+   and `us` its microseconds (both below 2^29 in magnitude for years 1..9999). A NULL (or
+   zero-date) cursor has the high digit -2^28, below year 1. Digits of fixed count from
+   truncated division are **injective**: two different rows (other key or other cursor)
+   differ in at least one digit. (Seconds and microseconds come from each database's
+   cheapest exact functions: MySQL's TO_SECONDS and MICROSECOND cost a fraction of
+   TIMESTAMPDIFF.)
 2. **Factors.** Each digit gets an offset `t_ji` in [2^29, p - 2^29], p = 2^31 - 1 (a
    prime), so `f_ji = a_i + t_ji` lies in [1, p - 1]: never 0 modulo p, and computed
    without any reduction.
@@ -29,10 +33,11 @@ changes changes by a **non-zero** element; every factor is non-zero too.
 
 * Rows that differ in **one digit** i never collide, in either h_j:
   `h' - h = (a'_i - a_i) * prod_{k != i} f_jk`, a product of non-zero elements of a
-  field, hence non-zero. This covers a cursor moved by any multiple of 2^29 us (only the
-  high digit moves), moved within one 2^29 us (~9 min) block, and a key changed in one
-  digit (any two keys of an INT column below 2^29 apart, etc.). The old hash reduced the
-  cursor and the key modulo p first, so a shift by exactly p = 2^31 - 1 us (or a key
+  field, hence non-zero. This covers a cursor moved by any multiple of 512 s (only
+  the high digit moves) or within its 512-second block, a DATE moved by any number of
+  days, and a key changed in one digit (two BIGINT keys less than 2^29 apart in the same
+  block, any two TINYINT..MEDIUMINT keys). The old hash reduced the cursor and the key
+  modulo p first, so a shift by exactly p = 2^31 - 1 us (or a key
   +p) gave the same input: every such row collided. Here no reduction happens before the
   digits are taken, and the digits determine the row.
 * Rows that differ in **several digits** (a shift that crosses a block boundary, e.g.
@@ -40,10 +45,10 @@ changes changes by a **non-zero** element; every factor is non-zero too.
   `D(a) = prod_k (a_k + d_k + t_jk) - prod_k (a_k + t_jk)` vanishes. D is not the zero
   polynomial (the coefficient of `prod_{k != i} a_k` is d_i != 0 for any changed digit
   i) and it is affine in each single digit: for fixed other digits, at most ONE value of
-  the low cursor digit (of 2^29 consecutive ones) is a root, unless D vanishes in it
+  the low cursor digit (of 512 * 10^6 consecutive ones) is a root, unless D vanishes in it
   identically, which needs the other factors to collide (the argument recurses). So for
-  any fixed shift at most one cursor in 2^29 collides per component, and both components
-  must collide at once: two independent roots coincide about once in p. A shift is never
+  any fixed shift at most one cursor in 5 * 10^8 collides per component, and both
+  components must collide at once: two independent roots coincide about once in p. A shift is never
   blind "systematically"; the rate is of the order of 2^-60, like the MD5 prefix it
   replaces.
 * **Sums** hide a set of changes only if their effects cancel modulo p in both
@@ -69,8 +74,11 @@ from datetime import date, datetime
 P = 2**31 - 1
 #: the digit base: |digit| < RADIX, so two digits differ by less than 2 * RADIX < P
 RADIX = 2**29
-#: a NULL or zero-date cursor: below year 1 (-6.2e16 us), above -RADIX^2
-NULL_MICROS = -(2**57)
+#: seconds per block of the cursor's low digit: |511 * 10^6 + 999999| < RADIX
+SECONDS_BLOCK = 512
+#: the cursor's high digit (days, or seconds // 512) of a NULL or zero-date cursor: below
+#: year 1 (-719,162 days; -121,358,588 blocks), inside the digit range
+NULL_DAYS = -(2**28)
 #: digits one row may have (key digits + 2 cursor digits): offsets exist for these
 MAX_DIGITS = 16
 _DIGITS = {"tinyint": 1, "smallint": 1, "mediumint": 1, "int": 2, "integer": 2, "bigint": 3}
@@ -103,23 +111,31 @@ def int_digits(value: int, n: int) -> list[int]:
     return out
 
 
-def micros(cursor: date | datetime | None) -> int:
-    """The cursor in microseconds since 1970-01-01; NULL_MICROS for NULL."""
+def cursor_digits(cursor: date | datetime | None, is_date: bool) -> list[int]:
+    """The cursor's digits, as the SQL computes them: a DATE as [days since 1970], a
+    DATETIME/TIMESTAMP as [(s MOD 512) * 10^6 + microseconds, s DIV 512] with s its whole
+    seconds since 1970 (floor); NULL as [NULL_DAYS] or [0, NULL_DAYS]."""
+    if is_date:
+        if cursor is None:
+            return [NULL_DAYS]
+        day = cursor.date() if isinstance(cursor, datetime) else cursor
+        return [(day - _EPOCH.date()).days]
     if cursor is None:
-        return NULL_MICROS
+        return [0, NULL_DAYS]
     if not isinstance(cursor, datetime):
         cursor = datetime(cursor.year, cursor.month, cursor.day)
     d = cursor - _EPOCH
-    return (d.days * 86400 + d.seconds) * 1_000_000 + d.microseconds
+    s = d.days * 86400 + d.seconds
+    q, r = _trunc_divmod(s, SECONDS_BLOCK)
+    return [r * 1_000_000 + d.microseconds, q]
 
 
-def row_digits(key: list[tuple[int, int]], cursor_micros: int) -> list[int]:
-    """Digits of a row: each (key value, digit count), then the cursor's two."""
+def row_digits(key: list[tuple[int, int]], cursor: list[int]) -> list[int]:
+    """Digits of a row: each (key value, digit count), then the cursor's digits."""
     out: list[int] = []
     for value, n in key:
         out += int_digits(value, n)
-    q, r = _trunc_divmod(cursor_micros, RADIX)
-    return [*out, r, q]
+    return [*out, *cursor]
 
 
 def row_hash(digits: list[int]) -> int:

@@ -119,33 +119,54 @@ class TableSQL:
             and len(self._digits()) <= hashing.MAX_DIGITS
         )
 
-    def _digits(self) -> list[str]:
-        """The row's digits as SQL: each key column's, then the cursor's (hashing.py)."""
+    def _digits(self, parts: dict[str, str] | None = None) -> list[str]:
+        """The row's digits as SQL: each key column's, then the cursor's (hashing.py).
+        `parts` names columns of a subquery holding `cursor_parts()` (computed once per
+        row); by default the parts are computed in place."""
         out: list[str] = []
         for k in self.target.primary_key:
             col = self._col(k)
             out += [self._int_digit(self.q(k), col, i) for i in range(_integer_digits(col))]
-        micros = f"COALESCE({self._micros()}, {hashing.NULL_MICROS})"
-        out += [self._mod(micros), self._div(micros, hashing.RADIX, integral=True)]
+        p = parts or self.cursor_parts()
+        if "days" in p:
+            return [*out, f"COALESCE({p['days']}, {hashing.NULL_DAYS})"]
+        s, b = p["s"], hashing.SECONDS_BLOCK
+        low = f"MOD({s}, {b}) * 1000000" + (f" + {p['us']}" if "us" in p else "")
+        div = f"{s} DIV {b}" if self.mysql else f"{s} / {b}"
+        return [*out, f"COALESCE({low}, 0)", f"COALESCE({div}, {hashing.NULL_DAYS})"]
+
+    def cursor_parts(self) -> dict[str, str]:
+        """The cursor as integers: whole days since 1970 (DATE), or whole seconds since
+        1970 (`s`, floor) and microseconds (`us`, when the type has a fraction); NULL for a
+        NULL or zero(-in)-date cursor. The cheapest exact functions of each database."""
+        col = self._col(self.target.cursor)
+        c = self.q(col.name)
+        if col.data_type == "date":
+            if self.mysql:
+                return {"days": f"(TO_DAYS({c}) - 719528)"}
+            if self.side == "postgres":
+                return {"days": f"({c} - DATE '1970-01-01')"}
+            return {"days": f"DATEDIFF(day, CAST('1970-01-01' AS DATE), {c})"}
+        fraction = "(" in col.column_type and not col.column_type.endswith("(0)")
+        if self.mysql:
+            out = {"s": f"(TO_SECONDS({c}) - 62167219200)", "us": f"MICROSECOND({c})"}
+        elif self.side == "postgres":
+            out = {"s": f"CAST(FLOOR(EXTRACT(EPOCH FROM {c})) AS BIGINT)",
+                   "us": f"MOD(CAST(EXTRACT(MICROSECONDS FROM {c}) AS BIGINT), 1000000)"}
+        else:
+            out = {"s": f"DATEDIFF(second, CAST('1970-01-01' AS TIMESTAMP), {c})",
+                   "us": f"DATEDIFF(microsecond, DATE_TRUNC('second', {c}), {c})"}
+        if not fraction:
+            del out["us"]
         return out
 
-    def _micros(self) -> str:
-        """The cursor in microseconds since 1970-01-01 (NULL: NULL or a zero date)."""
-        c = self.q(self.target.cursor)
-        if self.side == "mysql":
-            return f"TIMESTAMPDIFF(MICROSECOND, '1970-01-01', {c})"
-        if self.side == "postgres":
-            return f"CAST(EXTRACT(EPOCH FROM {c}) * 1000000 AS BIGINT)"
-        return f"DATEDIFF(microsecond, CAST('1970-01-01' AS TIMESTAMP), {c})"
-
     def _mod(self, v: str) -> str:
-        r = hashing.RADIX
-        return f"CAST(MOD({v}, {r}) AS SIGNED)" if self.mysql else f"CAST(MOD({v}, {r}) AS BIGINT)"
+        return f"MOD({v}, {hashing.RADIX})"
 
     def _div(self, v: str, by: int, *, integral: bool) -> str:
         """`v` divided by `by`, truncated toward zero (as MOD's remainder expects)."""
         if self.side == "mysql":
-            return f"CAST({v} DIV {by} AS SIGNED)"
+            return f"{v} DIV {by}"
         if integral:  # integer division truncates on both
             return f"({v} / {by})"
         if self.side == "postgres":
@@ -160,21 +181,27 @@ class TableSQL:
         if i == 0:
             return self._mod(v)
         if i == n - 1:
-            return self._div(v, r**i, integral=integral)
+            return f"({self._div(v, r**i, integral=integral)})"
         return self._mod(self._div(v, r**i, integral=integral))
 
-    def _arithmetic_hash(self) -> str:
-        """hashing.row_hash as SQL: two products of (digit + offset) modulo 2^31-1."""
+    def _arithmetic_hash(self, parts: dict[str, str] | None = None) -> str:
+        """hashing.row_hash as SQL: two products of (digit + offset) modulo 2^31-1. Every
+        factor lies in [1, 2^31 - 2], so each product fits BIGINT; the first offset is a
+        BIGINT so that PostgreSQL and Redshift multiply in 64 bits."""
         p = hashing.P
-        digits = self._digits()
-        parts = []
+        digits = self._digits(parts)
+        out = []
         for j in range(2):
             h = ""
             for i, d in enumerate(digits):
-                f = f"({d} + {hashing.offset(j, i)})"
-                h = f if not h else f"MOD({h} * {f}, {p})"
-            parts.append(h)
-        h = f"({parts[0]} + 2147483648 * {parts[1]})"
+                t = hashing.offset(j, i)
+                if not h:
+                    big = str(t) if self.mysql else f"CAST({t} AS BIGINT)"
+                    h = f"({d} + {big})"
+                else:
+                    h = f"MOD({h} * ({d} + {t}), {p})"
+            out.append(h)
+        h = f"({out[0]} + 2147483648 * {out[1]})"
         return f"CAST({h} AS DECIMAL(38,0))" if self.side == "redshift" else h
 
     def _md5_digits(self, start: int, count: int) -> str:
@@ -253,6 +280,23 @@ class TableSQL:
         child, cparams = self.child_index(sp)
         where, wparams = self._where(sp.parent, bound)
         total = "CAST(SUM({h}) AS DECIMAL(38,0))" if self.side == "redshift" else "SUM({h})"
+        if self.arithmetic and self.side == "postgres":
+            # OFFSET 0 keeps PostgreSQL from inlining the subquery: the cursor's parts
+            # (numeric EXTRACTs, the costly part) are computed once per row, not per digit
+            parts = self.cursor_parts()
+            names = {k: self.q(f"s3rs_{k}") for k in parts}
+            inner = ", ".join(
+                [f"{child} AS {self.q('s3rs_child')}",
+                 *(self.q(k) for k in self.target.primary_key),
+                 *(f"{v} AS {names[k]}" for k, v in parts.items())]
+            )
+            sql = (
+                f"SELECT {self.q('s3rs_child')}, COUNT(*), "
+                f"COALESCE({total.format(h=self._arithmetic_hash(names))}, 0) "
+                f"FROM (SELECT {inner} FROM {self.qualified} WHERE {where} OFFSET 0) "
+                f"AS {self.q('s3rs_rows')} GROUP BY 1"
+            )
+            return sql, [*cparams, *wparams]
         sql = (
             f"SELECT {child} AS {self.q('s3rs_child')}, COUNT(*), "
             f"COALESCE({total.format(h=self.row_hash())}, 0) "
