@@ -140,20 +140,20 @@ def test_redshift_arithmetic_hash_for_an_integer_key_and_a_time_cursor():
     w = TableSQL("redshift", "dw", "orders", one, "key")
     assert w.arithmetic and W.arithmetic is False  # W's key has a VARCHAR column
     assert not TableSQL("redshift", "dw", "orders", one, "all").arithmetic
-    m = ("COALESCE(DATEDIFF(microsecond, CAST('1970-01-01' AS TIMESTAMP), \"update_at\"), "
-         "-144115188075855872)")
+    sec = "DATEDIFF(second, CAST('1970-01-01' AS TIMESTAMP), \"update_at\")"
+    us = "DATEDIFF(microsecond, DATE_TRUNC('second', \"update_at\"), \"update_at\")"
     digits = [
-        'CAST(MOD("id", 536870912) AS BIGINT)',
-        'CAST(MOD(("id" / 536870912), 536870912) AS BIGINT)',
-        '("id" / 288230376151711744)',
-        f"CAST(MOD({m}, 536870912) AS BIGINT)",
-        f"({m} / 536870912)",
+        'MOD("id", 536870912)',
+        'MOD(("id" / 536870912), 536870912)',
+        '(("id" / 288230376151711744))',
+        f"COALESCE(MOD({sec}, 512) * 1000000 + {us}, 0)",
+        f"COALESCE({sec} / 512, -268435456)",
     ]
     offsets = [[1043823035, 983985458, 924147881, 864310304, 804472727],
                [1550815661, 1490978084, 1431140507, 1371302930, 1311465353]]
     parts = []
     for j in range(2):
-        h = f"({digits[0]} + {offsets[j][0]})"
+        h = f"({digits[0]} + CAST({offsets[j][0]} AS BIGINT))"
         for d, t in zip(digits[1:], offsets[j][1:], strict=True):
             h = f"MOD({h} * ({d} + {t}), 2147483647)"
         parts.append(h)
