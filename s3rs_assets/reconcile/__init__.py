@@ -13,8 +13,9 @@ the same exactly-once load.
     diff.py    the bisection: per-segment checksums, then leaf rows compared by key
     repair.py  re-read by key, the repair file (new per pass), its load with deletes in
                the same transaction, the check of every repaired key afterwards
-    run.py     one pass over one table (`reconcile_table`), its report and record;
-               without `apply` a pass writes nothing anywhere
+    report.py  what a pass is asked (options) and answers (report, exit decision, JSON)
+    run.py     one pass over one table (`reconcile_table`) and its record; without
+               `apply` a pass writes nothing anywhere
 
 The `reconciled` asset check and the optional schedules are in `s3rs_assets.checks`.
 
@@ -25,12 +26,8 @@ did not touch the cursor, at the price of reading every column.
 """
 
 from s3rs_assets.reconcile.diff import KINDS, Difference, DiffResult
-from s3rs_assets.reconcile.run import (
-    REPORT_VERSION,
-    ReconcileOptions,
-    ReconcileReport,
-    reconcile_table,
-)
+from s3rs_assets.reconcile.report import REPORT_VERSION, ReconcileOptions, ReconcileReport
+from s3rs_assets.reconcile.run import reconcile_table
 
 __all__ = [
     "KINDS",
