@@ -194,3 +194,34 @@ def test_check_runs_alone_and_schedules_are_stopped(env, mysql_url, pg_url, s3_r
 def _check_op(defs, table) -> str:
     job = defs.resolve_job_def(reconcile_job_name(table))
     return next(iter(job.graph.node_dict))
+
+
+def test_reconcile_imports_neither_dagster_nor_spark(env, cli, tmp_path, mysql_url, pg_url,
+                                                      bucket, moto_endpoint):
+    """Issue 19: `s3rs reconcile` starts without Dagster, dagster-aws, dagster-pyspark or
+    Spark (most of its start-up): counted in a fresh process, on a real pass."""
+    import os
+    import subprocess
+    import sys
+
+    table, target = _make(env, "int", n=30)
+    w, p = _pg_where("int", 4)
+    env.pg(f'DELETE FROM "{target.schema}"."{target.table}" WHERE {w}', p)
+    tables = tmp_path / "tables.yaml"
+    raw = {"name": table.name, "start": "2025-01-01", "lag": "0s", "target": table.target}
+    tables.write_text(yaml.safe_dump({"tables": [raw]}))
+    script = (
+        "import sys\n"
+        "from click.testing import CliRunner\n"
+        "from s3rs_assets.cli import main\n"
+        f"r = CliRunner().invoke(main, ['reconcile', '-t', {table.name!r}, '--json'])\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('dagster', 'dagster_aws', 'dagster_pyspark', 'pyspark'))\n"
+        "print(r.exit_code, len(heavy), heavy[:5])\n"
+    )
+    environ = {**os.environ, "S3RS_TABLES": str(tables), "S3RS_MYSQL_URL": mysql_url,
+               "S3RS_REDSHIFT_URL": pg_url, "S3RS_S3_BUCKET": bucket,
+               "S3RS_S3_PREFIX": "s3rs", "AWS_ENDPOINT_URL_S3": moto_endpoint}
+    out = subprocess.run([sys.executable, "-c", script], env=environ, capture_output=True,
+                         text=True, check=True).stdout.split()
+    assert out[:2] == ["1", "0"], out  # the difference found (exit 1), no heavy module

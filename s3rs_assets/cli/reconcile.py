@@ -1,7 +1,8 @@
 """`s3rs reconcile -t T [--from KEY --to KEY] [--columns key|all] [--apply] [--json]`.
 
-Thin: it builds the resources from the environment and calls `reconcile_table`, the same
-function the `reconciled` asset check runs. Without `--apply` it only reads: nothing is
+Thin: it builds plain connections from the environment (connections.py: no Dagster, no
+Spark is imported by this command) and calls `reconcile_table`, the same function the
+`reconciled` asset check runs. Without `--apply` it only reads: nothing is
 written anywhere. Exit codes follow `s3rs`'s:
 
 * 0: nothing differs, or `--apply` repaired everything it found (differences MySQL changed
@@ -20,21 +21,25 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 import click
 
-from s3rs_assets.cli.common import _mysql, _s3, _warehouse, echo
+from s3rs_assets import logs
 from s3rs_assets.config import find_table, load_tables
+from s3rs_assets.connections import mysql_from_env, s3_from_env, warehouse_from_env
 from s3rs_assets.errors import S3rsError
-from s3rs_assets.io_manager import store_for
 from s3rs_assets.reconcile import KINDS, ReconcileOptions, ReconcileReport, reconcile_table
 from s3rs_assets.reconcile.run import RepairIncomplete
-from s3rs_assets.resources import MySQLResource, S3Resource
-from s3rs_assets.warehouse import WarehouseResource
 
 
-def _resources() -> tuple[MySQLResource, WarehouseResource, S3Resource]:
-    return _mysql(), _warehouse(), _s3()
+def echo(text: str = "", err: bool = False, **style: Any) -> None:
+    """click.echo through the redactor (as cli.common's, without importing Dagster)."""
+    text = logs.redact(text)
+    if style:
+        click.secho(text, err=err, **style)
+    else:
+        click.echo(text, err=err)
 
 
 def render(report: ReconcileReport) -> list[str]:
@@ -155,13 +160,19 @@ def reconcile(
             max_repairs=max_repairs,
         )
         options.check(table.name)
-        mysql, warehouse, s3 = _resources()
+        mysql, warehouse, s3 = mysql_from_env(), warehouse_from_env(), s3_from_env()
+        warehouse.check()
+        store = None
+        if apply:  # the watermark store (Dagster's event log as its last recovery source)
+            from s3rs_assets.io_manager import store_for
+
+            store = store_for(s3)  # type: ignore[arg-type]
         report = reconcile_table(
             table,
-            mysql,
-            warehouse,
-            s3,
-            store_for(s3),
+            mysql,  # type: ignore[arg-type]
+            warehouse,  # type: ignore[arg-type]
+            s3,  # type: ignore[arg-type]
+            store,
             options,
             log=lambda m: None if as_json else echo(m, err=True),
         )

@@ -14,11 +14,37 @@ recorded in the ledger in one transaction, and the ledger speaks only for the ta
 exists now, so it never claims a file whose rows are not in the target.
 """
 
-from s3rs_assets.load.copy_postgres import ValueTooLongError
-from s3rs_assets.load.ddl import ensure_target
-from s3rs_assets.load.ledger import ledger_files, ledger_versions
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from s3rs_assets.load.target import LEDGER_TABLE, LoadTarget
-from s3rs_assets.load.transaction import CHECKPOINTS, LoadError, LoadResult, load_files
+
+if TYPE_CHECKING:
+    from s3rs_assets.load.copy_postgres import ValueTooLongError
+    from s3rs_assets.load.ddl import ensure_target
+    from s3rs_assets.load.ledger import ledger_files, ledger_versions
+    from s3rs_assets.load.transaction import CHECKPOINTS, LoadError, LoadResult, load_files
+
+#: imported on first use: the load itself (and Dagster's logger with it) is not needed by
+#: what only builds SQL or describes a target (reconcile, verify)
+_LAZY = {
+    "ValueTooLongError": "copy_postgres",
+    "ensure_target": "ddl",
+    "ledger_files": "ledger",
+    "ledger_versions": "ledger",
+    "CHECKPOINTS": "transaction",
+    "LoadError": "transaction",
+    "LoadResult": "transaction",
+    "load_files": "transaction",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
 
 __all__ = [
     "CHECKPOINTS",

@@ -29,12 +29,14 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from s3rs_assets.reconcile.keys import Segment, Split, split
 from s3rs_assets.reconcile.sql import Query, TableSQL
-from s3rs_assets.resources import MySQLResource
-from s3rs_assets.warehouse import WarehouseResource
+
+if TYPE_CHECKING:  # any object with their connect(): connections.py's connectors too
+    from s3rs_assets.resources import MySQLResource
+    from s3rs_assets.warehouse import WarehouseResource
 
 Kind = Literal["missing", "extra", "differs"]
 KINDS: tuple[Kind, ...] = ("missing", "extra", "differs")

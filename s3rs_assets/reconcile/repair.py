@@ -49,15 +49,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, time
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from s3rs_assets.connections import WarehouseConnection
 from s3rs_assets.errors import IntegrityError
 from s3rs_assets.extract import upload_parquet
 from s3rs_assets.layout import REPAIR_DIR
-from s3rs_assets.load import LoadResult, LoadTarget, load_files
+from s3rs_assets.load import LoadTarget
 from s3rs_assets.reconcile.diff import Difference, DiffResult
 from s3rs_assets.reconcile.sql import (
     KEY_BATCH,
@@ -69,10 +70,12 @@ from s3rs_assets.reconcile.sql import (
     mysql_select_list,
     soft_delete_sql,
 )
-from s3rs_assets.resources import S3Resource
 from s3rs_assets.types import arrow_schema
-from s3rs_assets.warehouse import WarehouseConnection, WarehouseResource
 from s3rs_assets.watermark import FileEntry, ReconcileRepair, utcnow
+
+if TYPE_CHECKING:
+    from s3rs_assets.resources import S3Resource
+    from s3rs_assets.warehouse import WarehouseResource
 
 #: the ledger partition repair files are loaded under
 REPAIR_PARTITION = REPAIR_DIR
@@ -369,11 +372,13 @@ def load_repair(
 ) -> RepairResult:
     """Load one repair file through the ledger (exactly once) with its keys applied in
     the same transaction."""
+    from s3rs_assets.load.transaction import load_files  # the load (and Dagster) on use
+
     out = RepairResult(
         file=repair.file.key, loaded=False, upserts=repair.upserts, deletes=repair.deletes,
         soft=repair.soft,
     )
-    result: LoadResult = load_files(
+    result = load_files(
         warehouse,
         s3,
         target,

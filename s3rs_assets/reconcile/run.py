@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -41,11 +42,13 @@ from s3rs_assets.reconcile.sql import (
     add_deleted_at_sql,
     first_key_is_integer,
 )
-from s3rs_assets.resources import MySQLResource, S3Resource
 from s3rs_assets.source import describe, safety_bound
-from s3rs_assets.warehouse import WarehouseResource
 from s3rs_assets.watermark import ReconcileRepair, ReconcileState, WatermarkRecord, utcnow
 from s3rs_assets.watermark_store import WatermarkStore
+
+if TYPE_CHECKING:  # any object with the same calls: connections.py's connectors too
+    from s3rs_assets.resources import MySQLResource, S3Resource
+    from s3rs_assets.warehouse import WarehouseResource
 
 __all__ = ["REPORT_VERSION", "ReconcileOptions", "ReconcileReport", "RepairIncomplete",
            "reconcile_table"]
@@ -81,7 +84,7 @@ def reconcile_table(
     mysql: MySQLResource,
     warehouse: WarehouseResource,
     s3: S3Resource,
-    store: WatermarkStore,
+    store: WatermarkStore | None,
     options: ReconcileOptions,
     *,
     checkpoint: Callable[[str], None] | None = None,
@@ -98,7 +101,7 @@ def reconcile_table(
     options.check(table.name)
     p: _Pass | None = None
     try:
-        p = _validate(table, mysql, warehouse, store, options)
+        p = _validate(table, mysql, warehouse, s3, store, options)
         p.timings["validate"] = time.monotonic() - t0
         if not options.apply:
             report, _ = _diff(p, mysql, options, [], say)
@@ -112,6 +115,7 @@ def reconcile_table(
         if report.diff.differences:
             _repair(p, mysql, s3, options, report, sides, observe)
         p.timings["total"] = time.monotonic() - t0
+        assert store is not None  # _validate refused --apply without it
         _record_run(store, table.name, report)
         return report
     except Exception as e:
@@ -142,7 +146,7 @@ class _Pass:
 
     table: TableConfig
     warehouse: WarehouseResource
-    store: WatermarkStore
+    store: WatermarkStore | None  # None: a read-only pass, which never writes the record
     target: LoadTarget
     integer_key: bool
     record: WatermarkRecord | None
@@ -151,6 +155,12 @@ class _Pass:
     timings: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     wrote: bool = False  # the pass has begun to write (S3, the record or the warehouse)
+
+    @property
+    def records(self) -> WatermarkStore:
+        """The store an --apply pass writes its reconcile section through."""
+        assert self.store is not None  # _validate refused --apply without one
+        return self.store
 
     def ensure_deleted_at(self) -> None:
         if not self.soft_col:
@@ -163,7 +173,8 @@ def _validate(
     table: TableConfig,
     mysql: MySQLResource,
     warehouse: WarehouseResource,
-    store: WatermarkStore,
+    s3: S3Resource,
+    store: WatermarkStore | None,
     options: ReconcileOptions,
 ) -> _Pass:
     """Everything a pass needs, or a ConfigError naming what is missing (nothing changed)."""
@@ -180,6 +191,8 @@ def _validate(
         )
     notes: list[str] = []
     if options.apply:
+        if store is None:
+            raise ConfigError(f"{table.name}: --apply needs the watermark store")
         record = store.read(table.name)
         if record is None:
             raise ConfigError(
@@ -187,7 +200,7 @@ def _validate(
                 f"{table.name}` first; nothing was compared"
             )
     else:
-        record = _peek_record(store, table.name, notes)
+        record = _peek_record(s3, table.name, notes)
     have = _warehouse_columns(warehouse, target)
     if have is None:
         raise ConfigError(
@@ -208,30 +221,30 @@ def _validate(
     )
 
 
-def _peek_record(store: WatermarkStore, table: str, notes: list[str]) -> WatermarkRecord | None:
+def _peek_record(s3: S3Resource, table: str, notes: list[str]) -> WatermarkRecord | None:
     """The primary record as S3 holds it, or None: a read that never writes (the store's
     `read` restores a missing or invalid primary from its copies, which is a write)."""
-    key = store.layout.watermark_primary(table)
+    key = s3.layout.watermark_primary(table)
     try:
-        body = store.client.get_object(Bucket=store.bucket, Key=key)["Body"].read()
+        body = s3.client().get_object(Bucket=s3.bucket, Key=key)["Body"].read()
     except ClientError as e:
         if e.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NotFound"):
-            notes.append(f"no watermark record at s3://{store.bucket}/{key} (not recovered: "
+            notes.append(f"no watermark record at s3://{s3.bucket}/{key} (not recovered: "
                          "reconcile without --apply writes nothing)")
             return None
         raise ConfigError(
-            f"{table}: cannot read its watermark record s3://{store.bucket}/{key}: {e}; "
+            f"{table}: cannot read its watermark record s3://{s3.bucket}/{key}: {e}; "
             "nothing was compared"
         ) from None
     except BotoCoreError as e:
         raise ConfigError(
-            f"{table}: cannot reach S3 to read s3://{store.bucket}/{key}: {e}; nothing was "
+            f"{table}: cannot reach S3 to read s3://{s3.bucket}/{key}: {e}; nothing was "
             "compared"
         ) from None
     try:
         return WatermarkRecord.from_json(body, table_name=table)
     except Exception as e:  # noqa: BLE001 - an invalid record only loses the pending note
-        notes.append(f"the watermark record s3://{store.bucket}/{key} is not valid ({e}); "
+        notes.append(f"the watermark record s3://{s3.bucket}/{key} is not valid ({e}); "
                      "not recovered: reconcile without --apply writes nothing")
         return None
 
@@ -255,7 +268,7 @@ def _finish_pending(
         p.ensure_deleted_at()
     res = load_repair(p.warehouse, s3, p.target, pending, keys, checkpoint=observe)
     observe("after_load")
-    _record_loaded(p.store, p.table.name, pending)
+    _record_loaded(p.records, p.table.name, pending)
     return [res]
 
 
@@ -341,14 +354,14 @@ def _repair(
     repair = ReconcileRepair(
         file=entry, upserts=plan.upserts, deletes=plan.deletes, soft=soft, bound=bound
     )
-    _record_pending(p.store, table.name, repair)
+    _record_pending(p.records, table.name, repair)
     observe("after_pending")
     keys = read_keys(s3, entry)
     report.repairs.append(
         load_repair(p.warehouse, s3, p.target, repair, keys, checkpoint=observe)
     )
     observe("after_load")
-    _record_loaded(p.store, table.name, repair)
+    _record_loaded(p.records, table.name, repair)
     p.timings["repair"] = time.monotonic() - t3
     t4 = time.monotonic()
     wside = replace(wside, soft_deletes=p.soft_col)  # the column may be new: scope follows
