@@ -103,5 +103,8 @@ class WarehouseResource(RedactedURL, dg.ConfigurableResource):
 
     @contextmanager
     def connection(self, *, autocommit: bool = False) -> Iterator[WarehouseConnection]:
-        with self.connector().connection(autocommit=autocommit) as conn:
+        conn = self.connect(autocommit=autocommit)
+        try:
             yield conn
+        finally:
+            conn.close()

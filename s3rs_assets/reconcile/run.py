@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -53,6 +54,8 @@ if TYPE_CHECKING:  # any object with the same calls: connections.py's connectors
 __all__ = ["REPORT_VERSION", "ReconcileOptions", "ReconcileReport", "RepairIncomplete",
            "reconcile_table"]
 
+#: reads a read-only pass does beside the diff (the watermark record)
+_BACKGROUND = ThreadPoolExecutor(2, thread_name_prefix="s3rs-rc-peek")
 #: loaded repair files the record keeps
 REPAIRS_KEPT = 50
 
@@ -100,12 +103,19 @@ def reconcile_table(
     t0 = time.monotonic()
     options.check(table.name)
     p: _Pass | None = None
+    peek: Future | None = None
     try:
-        p = _validate(table, mysql, warehouse, s3, store, options)
+        if not options.apply:  # the record only tells of a pending repair: read it meanwhile
+            peek = _BACKGROUND.submit(_peek_record, s3, table.name)
+        p = _validate(table, mysql, warehouse, store, options)
         p.timings["validate"] = time.monotonic() - t0
-        if not options.apply:
+        if peek is not None:
             report, _ = _diff(p, mysql, options, [], say)
             observe("after_diff")
+            record, notes = peek.result()
+            state = record.reconcile if record else None
+            report.pending = state.pending.file.key if state and state.pending else None
+            report.notes += notes
             p.timings["total"] = time.monotonic() - t0
             return report
         resumed = _finish_pending(p, s3, options, say, observe)
@@ -173,7 +183,6 @@ def _validate(
     table: TableConfig,
     mysql: MySQLResource,
     warehouse: WarehouseResource,
-    s3: S3Resource,
     store: WatermarkStore | None,
     options: ReconcileOptions,
 ) -> _Pass:
@@ -189,7 +198,7 @@ def _validate(
             f"{table.name}: --from/--to need an integer first primary-key column; "
             f"{first!r} is {kind}"
         )
-    notes: list[str] = []
+    record: WatermarkRecord | None = None  # read-only: peeked at in the background
     if options.apply:
         if store is None:
             raise ConfigError(f"{table.name}: --apply needs the watermark store")
@@ -199,8 +208,6 @@ def _validate(
                 f"{table.name} has never been synced (no watermark): run `s3rs sync -t "
                 f"{table.name}` first; nothing was compared"
             )
-    else:
-        record = _peek_record(s3, table.name, notes)
     have = _warehouse_columns(warehouse, target)
     if have is None:
         raise ConfigError(
@@ -216,14 +223,14 @@ def _validate(
         )
     soft_col = _fold(DELETED_AT, warehouse.dialect) in have
     return _Pass(
-        table, warehouse, store, target, integer_key, record, soft_col, src.cursor_is_date,
-        notes=notes,
+        table, warehouse, store, target, integer_key, record, soft_col, src.cursor_is_date
     )
 
 
-def _peek_record(s3: S3Resource, table: str, notes: list[str]) -> WatermarkRecord | None:
-    """The primary record as S3 holds it, or None: a read that never writes (the store's
-    `read` restores a missing or invalid primary from its copies, which is a write)."""
+def _peek_record(s3: S3Resource, table: str) -> tuple[WatermarkRecord | None, list[str]]:
+    """The primary record as S3 holds it (or None) and notes: a read that never writes (the
+    store's `read` restores a missing or invalid primary from its copies, a write)."""
+    notes: list[str] = []
     key = s3.layout.watermark_primary(table)
     try:
         body = s3.client().get_object(Bucket=s3.bucket, Key=key)["Body"].read()
@@ -231,7 +238,7 @@ def _peek_record(s3: S3Resource, table: str, notes: list[str]) -> WatermarkRecor
         if e.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NotFound"):
             notes.append(f"no watermark record at s3://{s3.bucket}/{key} (not recovered: "
                          "reconcile without --apply writes nothing)")
-            return None
+            return None, notes
         raise ConfigError(
             f"{table}: cannot read its watermark record s3://{s3.bucket}/{key}: {e}; "
             "nothing was compared"
@@ -242,11 +249,11 @@ def _peek_record(s3: S3Resource, table: str, notes: list[str]) -> WatermarkRecor
             "compared"
         ) from None
     try:
-        return WatermarkRecord.from_json(body, table_name=table)
+        return WatermarkRecord.from_json(body, table_name=table), notes
     except Exception as e:  # noqa: BLE001 - an invalid record only loses the pending note
         notes.append(f"the watermark record s3://{s3.bucket}/{key} is not valid ({e}); "
                      "not recovered: reconcile without --apply writes nothing")
-        return None
+        return None, notes
 
 
 def _finish_pending(
