@@ -20,7 +20,7 @@ from s3rs_assets.config import TableConfig
 from s3rs_assets.errors import ConfigError, SourceSchemaError
 from s3rs_assets.extract import Extractor
 from s3rs_assets.io_manager import store_for
-from s3rs_assets.load_stage import build_redshift_asset
+from s3rs_assets.load_stage import build_redshift_asset, described
 from s3rs_assets.names import (
     IO_MANAGER_KEY,
     RETRY_POLICY,
@@ -38,11 +38,16 @@ from s3rs_assets.source import (
     SafetyBound,
     SourceTable,
     check_clock,
-    describe,
     safety_bound,
     source_counts,
 )
-from s3rs_assets.stage_results import BackupOutput, dagster_step, record_failure
+from s3rs_assets.stage_results import (
+    BackupOutput,
+    dagster_step,
+    preview,
+    publish,
+    record_failure,
+)
 from s3rs_assets.watermark import SourceCounts
 
 T = TypeVar("T")
@@ -68,7 +73,7 @@ def _inspect_source(
         return mysql.run(f"{table.name}: {what}", fn, retries, context.log.warning)
 
     pdef = partitions_def(table)
-    src = query("describing the table", lambda c: describe(c, table))
+    src = described(context.run_id, table, mysql, retries, context.log.warning)
     # MySQL's zone against S3RS_SOURCE_TIMEZONE: a mismatch that moves the bound or the
     # windows stops the run here, before anything is read (clock.py)
     clock_warning = query("checking the time zones", lambda c: check_clock(c, src))
@@ -212,7 +217,9 @@ def build_table_assets(table: TableConfig) -> list[dg.AssetsDefinition]:
         spark: SparkResource,
     ) -> BackupOutput:
         with dagster_step():
-            return run_backup(context, table, mysql, s3, spark, config.limit)
+            out = run_backup(context, table, mysql, s3, spark, config.limit)
+        publish(context, out, preview(store_for(s3, context.run_id), out))
+        return out
 
     return [s3_parquet, build_redshift_asset(table, s3_parquet, pdef), *build_checks(table)]
 

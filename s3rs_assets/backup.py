@@ -310,6 +310,10 @@ class BackupRun:
             written = [f for _, fs in s.batch for f in fs]
             names = {f.key for f in written}
             state.files = [f for f in state.files if f.key not in names] + written
+            load = rec.loaded_partitions.get(s.key)
+            if load is not None:  # a key rewritten with other content is not loaded yet
+                fresh = {f.key for f in written if load.md5.get(f.key) != f.md5}
+                load.files = [k for k in load.files if k not in fresh]
             if s.batch:
                 state.cursor = s.batch[-1][0].end
             state.status = "complete" if s.finished == "complete" else "partial"

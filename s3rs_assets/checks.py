@@ -102,7 +102,7 @@ def build_checks(table: TableConfig) -> list[dg.AssetChecksDefinition]:
     ) -> dg.AssetCheckResult:
         record = store_for(s3, context.run.run_id, context.instance).read(table.name)
         windows = synced_windows(pdef, _scope(context, pdef, record), record)
-        target = load_target(table, mysql)
+        target = load_target(table, mysql, run_id=context.run.run_id)
         # a dropped connection is reopened and the comparison run again (retry.py)
         checks = mysql.run(
             f"{table.name}: comparing with the warehouse",

@@ -1,14 +1,13 @@
-"""The IO manager between the two stages: watermark -> asset metadata + S3 mirror.
+"""The IO manager between the two stages: the storage of each stage's result.
 
 Each stage's asset returns what its run did (`stage_results.BackupOutput` / `LoadOutput`;
-the backup's chunk checkpoints are already in the watermark store by then).
+the backup's chunk checkpoints are already in the watermark store by then, since a crash
+may lose at most the chunk in flight) and publishes its per-partition metadata.
 `handle_output` is where a stage's run ends for the watermark: it closes that stage's side
-of the record compare-and-swap, writes the daily and session backups (`write_backups`,
-which checkpoints do not), and turns the result into per-partition materialization
-metadata, with the record snapshot on the run's last partition (`stage_results`), so the
-event log is one more place a lost watermark can be recovered from. `redshift_table` asks
-`load_input` for the files of its partitions, read from the same record. `store_for` is
-the one way a watermark store is built.
+of the record compare-and-swap and writes the daily and session copies (`write_backups`,
+which checkpoints do not). `redshift_table` asks `load_input` for the files of its
+partitions: the manifests of the record, loaded exactly once through the warehouse's
+ledger. `store_for` is the one way a watermark store is built.
 """
 
 import threading
@@ -19,19 +18,7 @@ import dagster as dg
 
 from s3rs_assets.names import TABLE_METADATA_KEY
 from s3rs_assets.resources import S3Resource
-from s3rs_assets.stage_results import (
-    BackupOutput,
-    LoadOutput,
-    backup_is_quiet,
-    backup_partition_metadata,
-    backup_quiet,
-    backup_run_metadata,
-    load_is_quiet,
-    load_partition_metadata,
-    load_quiet,
-    load_run_metadata,
-    save_metadata,
-)
+from s3rs_assets.stage_results import BackupOutput, LoadOutput, save_metadata
 from s3rs_assets.watermark import FileEntry
 from s3rs_assets.watermark_eventlog import event_log_fallback
 from s3rs_assets.watermark_store import WatermarkStore
@@ -74,50 +61,22 @@ def store_for(
     return store
 
 
-def _partition_metadata(context: dg.OutputContext, key: str, md: dict[str, Any]) -> None:
-    """Metadata for one partition's materialization event. OutputContext offers only
-    output-wide metadata publicly; the step context's partition-scoped call is what
-    `AssetExecutionContext.add_asset_metadata(partition_key=...)` does for asset bodies."""
-    context.step_context.add_asset_metadata(md, asset_key=context.asset_key, partition_key=key)
-
-
 class S3RSIOManager(dg.ConfigurableIOManager):
     """Persists each stage's side of the watermark and hands the load stage its files."""
 
     s3: S3Resource
 
     def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
-        if isinstance(obj, BackupOutput):
-            quiet, per_partition = backup_quiet(), {
-                r.partition_key: r for r in obj.runs if not backup_is_quiet(r)
-            }
-        elif isinstance(obj, LoadOutput):
-            quiet, per_partition = load_quiet(), {
-                k: p for k, p in obj.partitions.items() if not load_is_quiet(p)
-            }
-        else:
+        """Persist a stage's result: close its side of the record compare-and-swap, then
+        the daily and session copies (checkpoints write the primary only). The asset has
+        already published the per-partition metadata; this adds where the record went."""
+        if not isinstance(obj, BackupOutput | LoadOutput):
             raise TypeError(f"s3rs IO manager cannot store {type(obj).__name__}")
-        store = store_for(self.s3, context.run_id, context.step_context.instance)
+        # the run's own store (the asset built it with the instance's event log)
+        store = store_for(self.s3, context.run_id)
         result = store.update(obj.table, obj.close)
-        backups = store.write_backups(obj.table)  # the stage's end: backups catch up
-        record = result.record
-        if isinstance(obj, BackupOutput):
-            shown = {k: backup_partition_metadata(r, record) for k, r in per_partition.items()}
-            run_md = backup_run_metadata(obj, record)
-        else:
-            shown = {k: load_partition_metadata(p) for k, p in per_partition.items()}
-            run_md = load_run_metadata(obj, record)
-        run_md.update(save_metadata(result, backups))
-        keys = list(context.asset_partition_keys) if context.has_asset_partitions else []
-        if not keys:
-            context.add_output_metadata({**quiet, **run_md})
-            return
-        context.add_output_metadata(quiet)  # every partition: "nothing happened here"
-        in_run = set(keys)
-        for key, md in shown.items():
-            if key != keys[-1] and key in in_run:
-                _partition_metadata(context, key, md)
-        _partition_metadata(context, keys[-1], {**shown.get(keys[-1], {}), **run_md})
+        copies = store.write_backups(obj.table)  # the stage's end: the copies catch up
+        context.add_output_metadata(save_metadata(result, copies))
 
     def load_input(self, context: dg.InputContext) -> dict[str, list[FileEntry]]:
         """Files of the upstream partitions, from the watermark's manifests."""

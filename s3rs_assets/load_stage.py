@@ -6,14 +6,16 @@ rest in one transaction) and returns what the ledger holds afterwards; the IO ma
 mirrors that into the watermark's redshift side. Its checks live in `checks.py`.
 """
 
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 
 import dagster as dg
 
 from s3rs_assets.config import TableConfig
 from s3rs_assets.io_manager import store_for
-from s3rs_assets.load import LoadTarget, ledger_files, load_files
+from s3rs_assets.load import LoadTarget, load_files
 from s3rs_assets.names import (
     IO_MANAGER_KEY,
     RETRY_POLICY,
@@ -25,9 +27,49 @@ from s3rs_assets.names import (
 )
 from s3rs_assets.resources import MySQLResource, S3Resource
 from s3rs_assets.retry import Retries
-from s3rs_assets.source import describe
-from s3rs_assets.stage_results import LoadOutput, PartitionLoad, dagster_step, record_failure
+from s3rs_assets.source import SourceTable, describe
+from s3rs_assets.stage_results import (
+    LoadOutput,
+    PartitionLoad,
+    dagster_step,
+    preview,
+    publish,
+    record_failure,
+)
 from s3rs_assets.warehouse import WarehouseResource
+
+# The MySQL description of each table, per run: the backup, the load and the checks of one
+# run share it, so a run describes its table once (a long-lived process keeps a few runs).
+_DESCRIBED: OrderedDict[tuple[str, str], SourceTable] = OrderedDict()
+_DESCRIBED_LOCK = threading.Lock()
+DESCRIBED_KEPT = 16
+
+
+def described(
+    run_id: str | None,
+    table: TableConfig,
+    mysql: MySQLResource,
+    retries: Retries | None = None,
+    log: Callable[[str], None] | None = None,
+) -> SourceTable:
+    """The table as MySQL describes it, asked once per run (`run_id` None: asked now)."""
+    key = (run_id or "", table.name)
+    with _DESCRIBED_LOCK:
+        src = _DESCRIBED.get(key) if run_id else None
+    if src is not None:
+        return src
+    src = mysql.run(
+        f"{table.name}: describing the table",
+        lambda c: describe(c, table),
+        retries if retries is not None else Retries(),
+        log,
+    )
+    if run_id:
+        with _DESCRIBED_LOCK:
+            _DESCRIBED[key] = src
+            while len(_DESCRIBED) > DESCRIBED_KEPT:
+                _DESCRIBED.popitem(last=False)
+    return src
 
 
 def load_target(
@@ -35,14 +77,10 @@ def load_target(
     mysql: MySQLResource,
     retries: Retries | None = None,
     log: Callable[[str], None] | None = None,
+    run_id: str | None = None,
 ) -> LoadTarget:
-    """The warehouse table as MySQL describes it now (new columns included)."""
-    src = mysql.run(
-        f"{table.name}: describing the table",
-        lambda c: describe(c, table),
-        retries if retries is not None else Retries(),
-        log,
-    )
+    """The warehouse table as MySQL describes it (new columns included)."""
+    src = described(run_id, table, mysql, retries, log)
     return LoadTarget.from_table_config(table, src.columns, src.primary_key)
 
 
@@ -56,13 +94,16 @@ def run_load(
 ) -> LoadOutput:
     t0 = time.monotonic()
     retries = Retries()
-    target = load_target(table, mysql, retries, context.log.warning)
+    target = load_target(table, mysql, retries, context.log.warning, context.run_id)
     partitions: dict[str, PartitionLoad] = {}
     try:
         for key in context.partition_keys:
-            result = load_files(warehouse, s3, target, key, files.get(key, []), retries=retries)
-            ledger = ledger_files(warehouse, target, key)
-            partitions[key] = PartitionLoad(ledger, result.metadata())
+            todo = files.get(key, [])
+            result = load_files(warehouse, s3, target, key, todo, retries=retries)
+            held = set(result.files_loaded) | set(result.files_skipped)
+            partitions[key] = PartitionLoad(
+                {f.key: f for f in todo if f.key in held}, result.metadata()
+            )
             for other in set(result.reload_partitions) - {key}:
                 # Their ledger entries described a dropped or emptied target: the mirror
                 # forgets them, so the next sync loads those partitions again.
@@ -117,6 +158,8 @@ def build_redshift_asset(
         warehouse: WarehouseResource,
     ) -> LoadOutput:
         with dagster_step():
-            return run_load(context, table, files, mysql, s3, warehouse)
+            out = run_load(context, table, files, mysql, s3, warehouse)
+        publish(context, out, preview(store_for(s3, context.run_id, context.instance), out))
+        return out
 
     return redshift_table

@@ -1,12 +1,16 @@
 """S3 cleanup (`s3rs s3clean`): which parquet files of a table are loaded, and deleting them.
 
 A file is `loaded` when the warehouse's load ledger holds its key with the MD5 of its
-current content (a chunk read again after `watermark set` overwrites its key with new
-content, not loaded until the ledger holds that version), `unloaded` when a partition
-manifest lists it, else `orphan`. When the warehouse cannot be asked, the watermark's load
-mirror stands in and the result says so. Only loaded files are deleted unless `force`;
-watermark objects never are. Partition manifests keep listing deleted files: they are the
-history of what was extracted and loaded.
+current content, for the target table as it is now (a chunk read again after `watermark
+set` overwrites its key with new content, not loaded until the ledger holds that version;
+a dropped or emptied target holds nothing), `unloaded` when a partition manifest lists it,
+else `orphan` (no state needs it). The ledger is the only source asked: when the warehouse
+cannot be reached, nothing is listed or deleted (ConfigError, exit 2) — the watermark's
+copy of the ledger could call a not-yet-loaded file loaded. Only loaded files are deleted
+unless `force`; watermark objects never are. An unloaded file deleted with `force` is not
+lost data: the next sync finds it gone and reads its partition from MySQL again
+(work.py). Partition manifests keep listing deleted loaded files: they are the history of
+what was extracted and loaded.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from datetime import datetime
 from typing import Any
 
 from s3rs_assets.config import TableConfig
-from s3rs_assets.errors import S3rsError
+from s3rs_assets.errors import ConfigError
 from s3rs_assets.load import ledger_versions
 
 STATES = ("loaded", "unloaded", "orphan")
@@ -32,7 +36,6 @@ class Listing:
     table: str
     files: list[dict[str, Any]]
     source: str
-    fallback: bool  # the warehouse could not be asked: the load mirror was used
 
     def counts(self) -> dict[str, int]:
         return {s: sum(1 for o in self.files if o["state"] == s) for s in STATES}
@@ -46,7 +49,6 @@ class CleanReport:
     dry_run: bool
     older_than: str | None
     source: str
-    fallback: bool
     candidates: int
     doomed: list[dict[str, Any]] = field(default_factory=list)  # chosen for deletion
     deleted: list[str] = field(default_factory=list)
@@ -55,8 +57,8 @@ class CleanReport:
 
     @property
     def forced_unloaded(self) -> list[str]:
-        """Deleted (or to be) while still waiting in a manifest: loading fails until read
-        again."""
+        """Deleted (or to be) while still waiting in a manifest: the next sync reads their
+        partitions from MySQL again."""
         return [o["key"] for o in self.doomed if o["state"] == "unloaded"]
 
     @property
@@ -85,16 +87,19 @@ class CleanReport:
 
 def loaded_versions(
     table: TableConfig, warehouse: Callable[[], Any]
-) -> tuple[set[tuple[str, str]] | None, str]:
-    """(file key, md5) of every file version the warehouse ledger holds for `table` and
-    where that came from; (None, why) when the warehouse cannot be asked (`warehouse()`
-    builds the resource, and may itself fail on missing configuration)."""
+) -> tuple[set[tuple[str, str]], str]:
+    """(file key, md5) of every file version the warehouse ledger holds for `table` as it
+    is now, and where that came from. ConfigError (nothing listed, nothing deleted) when
+    the warehouse cannot be asked (`warehouse()` builds the resource)."""
+    wh = warehouse()
     try:
-        wh = warehouse()
         versions = ledger_versions(wh, table.target_schema, table.target_table)
-        return versions, f"warehouse load ledger ({wh.redacted()})"
-    except S3rsError as e:
-        return None, str(e)
+    except ConfigError as e:
+        raise ConfigError(
+            f"{table.name}: cannot ask the warehouse's load ledger which files are loaded "
+            f"({e}); nothing was listed or deleted"
+        ) from None
+    return versions, f"warehouse load ledger ({wh.redacted()})"
 
 
 def data_objects(s3: Any, table: TableConfig) -> list[dict[str, Any]]:
@@ -123,22 +128,17 @@ def classify(s3: Any, store: Any, table: TableConfig, warehouse: Callable[[], An
     manifest = {f.key for p in parts.values() for f in p.files}
     md5s = {f.key: f.md5 for p in parts.values() for f in p.files}
     versions, source = loaded_versions(table, warehouse)
-    fallback = versions is None
-    mirror = set(rec.processed_s3_files) if rec else set()
-    if fallback:
-        source = f"watermark load mirror (warehouse unreachable: {source})"
     objs = data_objects(s3, table)
     for o in objs:
         # Single-part uploads (all s3rs writes) have ETag == MD5 of the content.
         md5 = o["etag"] if "-" not in o["etag"] else md5s.get(o["key"], "")
-        loaded = o["key"] in mirror if fallback else (o["key"], md5) in (versions or set())
-        if loaded:
+        if (o["key"], md5) in versions:
             o["state"] = "loaded"
         elif o["key"] in manifest:
             o["state"] = "unloaded"
         else:
             o["state"] = "orphan"  # in no manifest and never loaded (e.g. read before `set`)
-    return Listing(table.name, objs, source, fallback)
+    return Listing(table.name, objs, source)
 
 
 def clean(
@@ -164,7 +164,6 @@ def clean(
         dry_run,
         older_than,
         listing.source,
-        listing.fallback,
         len(old),
         doomed=doomed,
         kept=[o for o in old if o not in doomed],

@@ -1,18 +1,21 @@
 """What each stage's run did, how it closes the watermark, and what the UI shows of it.
 
-Both stages end the same way (the IO manager calls `close`): the run's result is folded into
-the watermark record compare-and-swap, and turned into materialization metadata.
+A stage's asset returns its result (`BackupOutput` / `LoadOutput`: files, rows, cursor
+range, positions per partition) and `publish`es what the UI shows of it; the IO manager
+persists it (`close` folded into the record compare-and-swap, then the daily and session
+copies) and hands the processed files to `redshift_table`.
 
-Metadata is per partition, so the Dagster UI tells the truth for each one (a range run
-records one materialization per partition):
+Metadata is per partition, through the public `AssetExecutionContext.add_asset_metadata`,
+so the Dagster UI tells the truth for each one (a range run records one materialization
+per partition):
 
-* every partition of the run gets the figures of "nothing to do" (`quiet_metadata`);
-* a partition where something happened (rows, files, or not complete) gets its own
-  figures on top (`partition_metadata`);
+* every partition of the run gets its own figures: "nothing to do" (`backup_quiet` /
+  `load_quiet`), what happened there (`backup_partition_metadata` /
+  `load_partition_metadata`), or "not reached" when a `--limit` ran out before it;
 * the run's last partition also carries the run-level summary and the watermark snapshot
-  (`run_metadata`): one copy per run, so event-log writes grow with the partitions, not
-  with their square. `s3_parquet` carries the backup side of the record
-  (`WATERMARK_BACKUP_METADATA_KEY`), `redshift_table` the whole record, current after
+  (the record as the IO manager will store it): one copy per run, so event-log writes grow
+  with the partitions, not with their square. `s3_parquet` carries the backup side of the
+  record (`WATERMARK_BACKUP_METADATA_KEY`), `redshift_table` the whole record, current after
   the load (`WATERMARK_METADATA_KEY`); both are recovery sources.
 """
 
@@ -33,7 +36,14 @@ from s3rs_assets.names import (
 )
 from s3rs_assets.retry import Retries, is_transient
 from s3rs_assets.source import SafetyBound
-from s3rs_assets.watermark import LoadState, SourceCounts, WatermarkRecord, iso, utcnow
+from s3rs_assets.watermark import (
+    FileEntry,
+    LoadState,
+    SourceCounts,
+    WatermarkRecord,
+    iso,
+    utcnow,
+)
 from s3rs_assets.watermark_reports import SaveInfo, UpdateResult
 from s3rs_assets.watermark_store import WatermarkStore
 
@@ -71,9 +81,10 @@ class BackupOutput:
 
 @dataclass
 class PartitionLoad:
-    """What the load did to one partition, and what the ledger holds for it afterwards."""
+    """What the load did to one partition, and which of its manifest files the ledger holds
+    afterwards (loaded now or before: the load skips exactly the versions it holds)."""
 
-    ledger: dict[str, int]  # file key -> rows: the truth the watermark mirrors
+    ledger: dict[str, FileEntry]  # file key -> the manifest entry the ledger holds
     stats: dict[str, Any]  # LoadResult.metadata()
 
 
@@ -93,7 +104,10 @@ class LoadOutput:
         """Mirror the ledger (the truth) into the record's redshift side."""
         for key, load in self.partitions.items():
             rec.loaded_partitions[key] = LoadState(
-                files=sorted(load.ledger), rows=sum(load.ledger.values()), loaded_at=utcnow()
+                files=sorted(load.ledger),
+                rows=sum(f.rows for f in load.ledger.values()),
+                md5={k: f.md5 for k, f in load.ledger.items()},
+                loaded_at=utcnow(),
             )
         rec.redshift_status = "success"
         rec.last_redshift_load_time = utcnow()
@@ -131,12 +145,21 @@ def record_failure(store: WatermarkStore, table: str, stage: str, error: Excepti
 
 
 def save_metadata(result: UpdateResult, backups: SaveInfo | None = None) -> Metadata:
-    """Where a save (and its backups) landed, and the recovery its read needed."""
+    """Where a save (and its copies) landed, and the recovery its read needed: small, as
+    the IO manager's output metadata goes on every partition of the run."""
     save = result.save.merged(backups) if backups is not None else result.save
     md: Metadata = {"watermark_save": dg.MetadataValue.json(save.as_metadata())}
     if result.recovery is not None:
         md["watermark_recovery"] = dg.MetadataValue.json(result.recovery.as_metadata())
     return md
+
+
+NOT_REACHED = "not reached: the row limit ran out first; the next sync reads it"
+
+
+def not_reached() -> Metadata:
+    """A partition of the run that a `--limit` stopped before (nothing known of it)."""
+    return {"status": dg.MetadataValue.text(NOT_REACHED)}
 
 
 def backup_quiet() -> Metadata:
@@ -241,7 +264,7 @@ def load_quiet() -> Metadata:
 def load_partition_metadata(load: PartitionLoad) -> Metadata:
     md: Metadata = {k: v for k, v in load.stats.items() if isinstance(v, int | float | str)}
     md["ledger_files"] = len(load.ledger)
-    md["ledger_rows"] = sum(load.ledger.values())
+    md["ledger_rows"] = sum(f.rows for f in load.ledger.values())
     return md
 
 
@@ -267,3 +290,46 @@ def load_run_metadata(out: LoadOutput, record: WatermarkRecord) -> Metadata:
         "table_rows_loaded": dg.MetadataValue.int(record.redshift_rows_loaded),
         WATERMARK_METADATA_KEY: dg.MetadataValue.json(record.model_dump(mode="json")),
     }
+
+
+# --------------------------------------------------------------------------- publishing
+
+
+def preview(store: WatermarkStore, out: BackupOutput | LoadOutput) -> WatermarkRecord:
+    """The record as the IO manager will store it (the run's checkpoints plus `close`):
+    what the snapshot on the run's last partition shows."""
+    current = store.read(out.table)
+    rec = (
+        current.model_copy(deep=True) if current is not None else WatermarkRecord.new(out.table)
+    )
+    out.close(rec)
+    return rec.refresh()
+
+
+def publish(
+    context: dg.AssetExecutionContext, out: BackupOutput | LoadOutput, record: WatermarkRecord
+) -> None:
+    """Each partition of the run gets its own metadata; the last one the run's too."""
+    keys = list(context.partition_keys)
+    if isinstance(out, BackupOutput):
+        done = {r.partition_key: r for r in out.runs}
+        per = {
+            k: not_reached()
+            if k in out.skipped or k not in done
+            else backup_quiet()
+            if backup_is_quiet(done[k])
+            else backup_partition_metadata(done[k], record)
+            for k in keys
+        }
+        run_md = backup_run_metadata(out, record)
+    else:
+        per = {
+            k: load_partition_metadata(out.partitions[k])
+            if k in out.partitions and not load_is_quiet(out.partitions[k])
+            else load_quiet()
+            for k in keys
+        }
+        run_md = load_run_metadata(out, record)
+    for k in keys[:-1]:
+        context.add_asset_metadata(per[k], partition_key=k)
+    context.add_asset_metadata({**per[keys[-1]], **run_md}, partition_key=keys[-1])

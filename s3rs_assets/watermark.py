@@ -151,11 +151,15 @@ class ClosedRange(_Model):
 
 
 class LoadState(_Model):
-    """Load progress of one partition, mirrored from the warehouse ledger."""
+    """Load progress of one partition, mirrored from the warehouse ledger: which of the
+    partition's manifest files the ledger holds (key and md5), and their rows. A summary,
+    never a source: `refresh()` keeps it a subset of the manifest."""
 
     files: list[str] = Field(default_factory=list)
     rows: NonNegativeInt = 0
     loaded_at: datetime = Field(default_factory=utcnow)
+    #: file key -> md5 of the loaded version (absent in records written before it)
+    md5: dict[str, str] = Field(default_factory=dict)
 
 
 class SourceCounts(_Model):
@@ -252,10 +256,30 @@ class WatermarkRecord(_Model):
         return len(files), sum(f.rows for f in files)
 
     def refresh(self) -> WatermarkRecord:
-        """Recompute every table-level count from the manifests and the load mirror."""
+        """Recompute every table-level count from the manifests and the load mirror.
+
+        The mirror is cut to the manifests first: a file replaced by a re-read, dropped by
+        `watermark set` or by a recomputed partition no longer counts as loaded, so the load
+        counters never exceed what was extracted and each file counts once."""
         self.s3_file_count, self.mysql_rows_extracted = self._manifest_totals()
         cursors = [p.cursor.c for p in self.partitions.values() if p.cursor is not None]
         self.last_mysql_data_timestamp = max(cursors) if cursors else None
+        for key in list(self.loaded_partitions):
+            load = self.loaded_partitions[key]
+            state = self.partitions.get(key)
+            manifest = {f.key: f for f in state.files} if state else {}
+            keep = [
+                k
+                for k in load.files
+                if k in manifest and load.md5.get(k, manifest[k].md5) == manifest[k].md5
+            ]
+            if not keep:
+                del self.loaded_partitions[key]
+                continue
+            if keep != load.files:
+                load.files = keep
+                load.md5 = {k: v for k, v in load.md5.items() if k in keep}
+            load.rows = sum(manifest[k].rows for k in keep)
         loaded = [k for s in self.loaded_partitions.values() for k in s.files]
         self.processed_s3_files = sorted(set(loaded))
         self.redshift_rows_loaded = sum(s.rows for s in self.loaded_partitions.values())

@@ -18,8 +18,8 @@ from typing import Any
 from s3rs_assets.config import TableConfig
 from s3rs_assets.errors import WatermarkConflict
 from s3rs_assets.partitions import partitions_def, window, windows
-from s3rs_assets.runner import first_incomplete
 from s3rs_assets.watermark import PartitionState, Position, WatermarkRecord, iso, utcnow
+from s3rs_assets.work import first_incomplete
 
 #: `backup_strategy` of a record a person set or reset by hand.
 MANUAL_STRATEGY = "manual_cli"
@@ -32,7 +32,7 @@ def fmt(ts: datetime | None) -> str:
 
 def next_start(table: TableConfig, rec: WatermarkRecord | None) -> tuple[str, datetime, str]:
     """(partition, timestamp, text) of where the next backup starts reading."""
-    key = first_incomplete(table, rec, "backup")
+    key = first_incomplete(table, rec)
     start, end = window(partitions_def(table), key)
     state = rec.partitions.get(key) if rec else None
     if rec is not None and rec.is_complete(key, start, end):
@@ -70,9 +70,12 @@ def apply_set(rec: WatermarkRecord, table: TableConfig, ts: datetime) -> None:
 
     Partitions wholly before `ts` are complete: those holding files keep them as history,
     the others are folded into closed ranges (one range per stretch, not one entry per
-    partition). The partition holding `ts` resumes at (ts, start) and keeps only the files
-    wholly before `ts`; later partitions and closed ranges are dropped, so the next sync
-    reads them again.
+    partition). The partition holding `ts` resumes at (ts, start) and keeps every file
+    holding a row before `ts` — a file that straddles `ts` included: its rows before `ts`
+    exist nowhere else, so it stays in the manifest and is loaded if it was not yet; its
+    rows from `ts` on are read again into new files, and the merge keeps one row per key.
+    Files wholly at or after `ts`, later partitions and closed ranges are dropped, so the
+    next sync reads them again. No row below `ts` that was extracted is ever lost.
     """
     now = utcnow()
     all_w = windows(partitions_def(table))
@@ -100,8 +103,8 @@ def apply_set(rec: WatermarkRecord, table: TableConfig, ts: datetime) -> None:
         rec.reopen(later[0][1], later[-1][2])
         key, start, end = later[0]
         state = rec.partitions.get(key) or PartitionState(window_start=start, window_end=end)
-        # Files wholly before ts stay as history; the rest is read again from ts.
-        state.files = [f for f in state.files if f.cursor_max is not None and f.cursor_max < ts]
+        # Files holding a row before ts stay (loaded if not yet); the rest is read again.
+        state.files = [f for f in state.files if f.cursor_min is not None and f.cursor_min < ts]
         state.cursor = Position(c=ts, pk=None)
         state.status = "partial"
         state.run_id = None

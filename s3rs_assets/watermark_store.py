@@ -395,18 +395,29 @@ class WatermarkStore:
     def read_versioned(
         self, table: str, *, now: datetime | None = None, fresh: bool = False
     ) -> tuple[WatermarkRecord | None, str | None]:
-        """The primary record and its ETag, recovered first if missing or invalid.
+        """The primary record and its ETag. Reading never writes: when the primary is
+        missing or invalid this is the copy recovery would restore, with ETag None, and
+        nothing is written (`recover()` is the explicit step that writes it back).
 
-        (None, None) only for a brand-new table: no primary, no backup, no event-log record.
+        (None, None) only for a brand-new table: no primary, no copy, no event-log record.
         `now` is the source clock (naive); a cursor later than now + 1 minute is invalid.
         Once this store has read or written the table the answer comes from memory (it was
         validated then) unless `fresh`.
         """
+        known = self.peek(table, now=now, fresh=fresh)[1]
+        return known.record, known.etag
+
+    def peek(
+        self, table: str, *, now: datetime | None = None, fresh: bool = False
+    ) -> tuple[RecoveryReport | None, _Known]:
+        """What `read` answers, with the recovery report when the primary was not used
+        (None when it was, or when the answer came from memory). Writes nothing."""
         check_table(table)
         known = None if fresh else self._get_known(table)
-        if known is None:
-            _, known = self._recover(table, now)
-        return known.record, known.etag
+        if known is not None:
+            return None, known
+        report, known = self._recover(table, now, write=False)
+        return (report if report.recovered else None), known
 
     def read(
         self, table: str, now: datetime | None = None, *, fresh: bool = False
@@ -421,7 +432,12 @@ class WatermarkStore:
         check_table(table)
         return self._recover(table, now)[0]
 
-    def _recover(self, table: str, now: datetime | None) -> tuple[RecoveryReport, _Known]:
+    def _recover(
+        self, table: str, now: datetime | None, *, write: bool = True
+    ) -> tuple[RecoveryReport, _Known]:
+        """The valid primary, or the first valid copy in recovery order — written back to
+        the primary (and its copies) when `write`; with `write=False` the copy is only
+        returned (ETag None) and this store does not remember it."""
         primary = self.layout.watermark_primary(table)
         for attempt in range(CAS_ATTEMPTS):
             self.forget(table)
@@ -451,6 +467,8 @@ class WatermarkStore:
                     self._set_known(table, known)
                     return report, known
                 raise WatermarkError(self._give_up_message(table, primary, report))
+            if not write:
+                return report, _Known(report.record, None, None)
             cond = {"IfMatch": got.etag} if got is not None else {"IfNoneMatch": "*"}
             try:
                 info = self._write_primary(table, report.record, cond, recovered_from=report.source)

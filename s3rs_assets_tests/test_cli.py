@@ -24,7 +24,9 @@ from click.testing import CliRunner
 from s3rs_assets import cli, times
 from s3rs_assets.config import TableConfig, load_tables
 from s3rs_assets.io_manager import store_for
+from s3rs_assets.load import ledger_versions
 from s3rs_assets.resources import S3Resource
+from s3rs_assets.warehouse import WarehouseResource
 from s3rs_assets.watermark import FileEntry, LoadState, PartitionState, Position
 from s3rs_assets_tests.conftest import MYSQL_HOST, MYSQL_PORT
 from s3rs_assets_tests.helpers import insert_rows, list_keys, make_ties_table
@@ -271,11 +273,29 @@ def test_set_marks_before_complete_cuts_the_partition_and_drops_later_ones(stack
     # later partitions are gone from the record: the next sync reads them again
     assert not {key_of(day(n)) for n in range(0, 7)} & set(rec.partitions)
     assert rec.mysql_rows_extracted == 3 * 30 + 10
-    # the load mirror is untouched (the ledger is the truth for it)
-    assert set(rec.loaded_partitions) == {key_of(day(n)) for n in range(6, 11)}
+    # the load mirror follows the manifests (the ledger is the truth for it)
+    assert set(rec.loaded_partitions) == {key_of(day(n)) for n in range(7, 11)}
     got = invoke("watermark", "get", "-t", name).output
     assert f"Manual watermark: set by hand to {ts:%Y-%m-%d %H:%M:%S}" in got
     assert f"Next sync starts from: partition {key_of(day(7))} at ({ts.isoformat()}" in got
+
+
+def test_set_inside_a_file_keeps_the_file_that_straddles_it(stack):
+    """Issue 16 item 1: the rows of a file before the new position exist nowhere else."""
+    seed(stack)
+    name = stack.name("cli_wm")
+    ts = day(7) + timedelta(hours=3)  # inside part-1 (01:00-06:00)
+    r = invoke("watermark", "set", "-t", name, "--timestamp", f"{ts:%Y-%m-%d %H:%M:%S}", "-y")
+    assert r.exit_code == 0, r.output
+    p = stack.store.read(name).partitions[key_of(day(7))]
+    assert [f.key.rsplit("/", 1)[1] for f in p.files] == ["part-1.parquet"]
+    assert p.cursor == Position(c=ts, pk=None) and p.status == "partial"
+    # and it is not an orphan: s3clean would never delete it as unneeded
+    _ledger(stack, "cli_wm", [])
+    doc = json.loads(invoke("s3clean", "list", "-t", name, "--json").stdout)
+    states = {f["key"].rsplit("/", 2)[1] + "/" + f["key"].rsplit("/", 1)[1]: f["state"]
+              for f in doc["files"]}
+    assert states[f"{key_of(day(7))}/part-1.parquet"] == "unloaded"
 
 
 def test_set_on_a_new_table_closes_earlier_partitions_as_one_range(stack):
@@ -413,14 +433,26 @@ def test_reset_variants(stack):
     assert "s3_file_count: 13 -> 0" in r.output
     rec = stack.store.read(name)
     assert rec.partitions == {} and rec.mysql_rows_extracted == 0
-    assert len(rec.loaded_partitions) == 5 and rec.mysql_status == "pending"
+    # the load side summarises the manifests: no manifest, nothing counted as loaded
+    assert rec.loaded_partitions == {} and rec.redshift_rows_loaded == 0
+    assert rec.mysql_status == "pending"
     assert f"Next sync starts from: partition {key_of(day(10))} at ({key_of(day(10))} " in (
         invoke("watermark", "get", "-t", name).output)
 
+    # --redshift-only asks the truth: the warehouse ledger forgets the table's files
+    rec = seed(stack)
+    loaded = sorted(rec.processed_s3_files)
+    _ledger(stack, "cli_wm", loaded)
+    wh = WarehouseResource(url=stack.pg_url)
+    assert len(ledger_versions(wh, stack.db, "cli_wm")) == len(loaded) == 10
+    dry = invoke("watermark", "reset", "-t", name, "--redshift-only", "--dry-run")
+    assert dry.exit_code == 0 and "10 file version(s) -> 0" in dry.output
+    assert len(ledger_versions(wh, stack.db, "cli_wm")) == 10
     r = invoke("watermark", "reset", "-t", name, "--redshift-only", "--yes")
-    assert r.exit_code == 0
-    assert "stays the truth" in r.output and "s3rs_load_ledger" in r.output
+    assert r.exit_code == 0, r.output
     assert "load mirror: 10 files -> 0 files" in r.output
+    assert "load ledger: 10 entries of" in r.output
+    assert ledger_versions(wh, stack.db, "cli_wm") == set()
     rec = stack.store.read(name)
     assert rec.loaded_partitions == {} and rec.redshift_status == "pending"
     # the primary is rewritten, never deleted (recovery would bring the old one back)
@@ -433,6 +465,15 @@ def test_reset_variants(stack):
     assert rec.partitions == {} and rec.loaded_partitions == {}
     again = invoke("watermark", "reset", "-t", name, "--yes")
     assert again.exit_code == 0 and "nothing to change." in again.output
+
+
+def test_reset_of_the_load_side_with_the_warehouse_down_changes_nothing(stack, monkeypatch):
+    seed(stack)
+    etag = stack.etag("cli_wm")
+    monkeypatch.setenv("S3RS_REDSHIFT_URL", "postgresql://postgres:pw@127.0.0.1:1/nowhere")
+    r = invoke("watermark", "reset", "-t", stack.name("cli_wm"), "--redshift-only", "--yes")
+    assert r.exit_code == 2 and "cannot connect" in r.output and ":pw@" not in r.output
+    assert stack.etag("cli_wm") == etag
 
 
 def test_reset_of_a_table_without_watermark_writes_nothing(stack):
@@ -656,7 +697,7 @@ def test_s3clean_clean_keeps_unloaded_force_deletes_them_dry_run_deletes_nothing
     forced = invoke("s3clean", "clean", "-t", name, "--force")
     assert forced.exit_code == 0
     assert "deleted 6 file(s)" in forced.output
-    assert "WARNING: 4 were in a partition manifest but not loaded" in forced.output
+    assert "note: 4 were in a partition manifest but not loaded yet" in forced.output
     left = stack.listing()
     assert not [k for k in left if "/data/" in k and "cli_files" in k]
     assert {k: v for k, v in left.items() if "/watermarks/" in k}.keys() >= wm.keys()
@@ -674,15 +715,18 @@ def test_s3clean_keeps_a_loaded_key_whose_content_changed(stack, files):
     assert key in stack.listing()
 
 
-def test_s3clean_falls_back_to_the_mirror_when_the_warehouse_is_down(stack, files,
-                                                                    monkeypatch):
+@pytest.mark.parametrize("command", ["list", "clean"])
+def test_s3clean_refuses_when_the_warehouse_is_down(stack, files, monkeypatch, command):
+    """The watermark's copy of the ledger claims one file more than the ledger holds:
+    deciding from it would delete a file that was never loaded. No fallback: exit 2."""
     monkeypatch.setenv("S3RS_REDSHIFT_URL", "postgresql://postgres:pw@127.0.0.1:1/nowhere")
-    dry = invoke("s3clean", "clean", "-t", stack.name("cli_files"), "--dry-run")
-    assert dry.exit_code == 0
-    assert "watermark load mirror (warehouse unreachable: cannot connect to the warehouse" in (
-        dry.output)
-    assert "postgres:***@127.0.0.1:1" in dry.output and ":pw@" not in dry.output
-    assert "would delete 10 file(s)" in dry.output  # the mirror claims one file more
+    before = stack.listing()
+    r = invoke("s3clean", command, "-t", stack.name("cli_files"))
+    assert r.exit_code == 2
+    assert "cannot ask the warehouse's load ledger" in r.output
+    assert "nothing was listed or deleted" in r.output
+    assert "postgres:***@127.0.0.1:1" in r.output and ":pw@" not in r.output
+    assert stack.listing() == before
 
 
 def test_s3clean_clean_all(stack, files):
@@ -904,10 +948,11 @@ def _json_lines(text: str) -> list[dict]:
 def test_sync_both_stages_failed_table_named_others_run(stack, orders, monkeypatch):
     name, broken = stack.name("cli_orders"), stack.name("cli_broken")
     r = invoke("--log-format", "json", "sync", "-t", broken, "-t", name)
-    assert r.exit_code == 1, r.output
+    # the broken table is a configuration error that changed nothing of it: exit 2
+    assert r.exit_code == 2, r.output
     assert f"{name}: backup + load, partitions {key_of(day(2))} .. {key_of(day(0))}" in r.stdout
     assert f"{name}: run " in r.stdout and "succeeded" in r.stdout
-    assert f"{broken}: FAILED before any run: " in r.stderr
+    assert f"{broken}: error before any run: " in r.stderr
     assert "does not exist in MySQL" in r.stderr  # the reason, not a traceback
     assert f"failed: {broken}" in r.stderr and name not in r.stderr.split("failed:")[-1]
     events = _json_lines(r.stderr)
@@ -1242,9 +1287,9 @@ def test_sync_parallel_runs_tables_side_by_side_and_a_broken_one_fails_alone(
     broken = stack.name("cli_broken")
     args = [a for n in [names[0], broken, *names[1:]] for a in ("-t", n)]
     r = invoke("sync", "--parallel", "3", "--no-progress", *args)
-    assert r.exit_code == 1, r.output
+    assert r.exit_code == 2, r.output  # a configuration error (the others synced)
     assert r.stderr.strip().splitlines()[-1] == f"failed: {broken}"
-    assert f"{broken}: FAILED before any run: " in r.stderr
+    assert f"{broken}: error before any run: " in r.stderr
     # every line of the command's own output names its table
     for line in r.stdout.splitlines():
         assert line.split(":", 1)[0] in {*names, broken}, line

@@ -151,7 +151,8 @@ def test_truncated_target_is_noticed_and_reloaded(
     assert res.files_loaded == [f.key for f in loaded["d2"]] and res.rows_inserted == 200
     assert res.reloaded_reason == (
         f"{target.qualified} holds 0 rows but the load ledger says 5 file(s) with 500 rows "
-        "were loaded into it (truncated or emptied by hand?)"
+        "were loaded into it and s3rs's last load left rows there (truncated or emptied by "
+        "hand?)"
     )
     assert res.ledger_discarded == 5 and res.target_id == same_oid
     assert res.reload_partitions == ["d1", "d2"]
@@ -165,6 +166,38 @@ def test_truncated_target_is_noticed_and_reloaded(
     assert ledger_ids(pg_url, target) == [(same_oid, 5)]
     again = load_files(warehouse, s3_resource, target, "d1", loaded["d1"])
     assert again.files_loaded == [] and again.reloaded_reason == ""
+
+
+def test_a_target_s3rs_emptied_itself_is_not_taken_for_a_truncated_one(
+    warehouse, s3_resource, s3_client, bucket, pg_url, target, loaded
+):
+    """Issue 16 item 3: reconcile deletes every row (all were deleted in MySQL) in a load
+    transaction of its own; a later load must not read the empty target as a TRUNCATE and
+    bring the deleted rows back from the old files."""
+    t = f'"{target.schema}"."orders"'
+
+    def delete_all(conn) -> None:  # what reconcile's repair does, in the same transaction
+        conn.execute(f"DELETE FROM {t}")
+
+    empty = put_rows(s3_client, bucket, target, "_repair", "r0", demo_rows(0, 0))
+    res = load_files(warehouse, s3_resource, target, "_repair", [empty], before_merge=delete_all)
+    assert res.files_loaded == [empty.key] and counts(pg_url, target) == (0, 0)
+    every = {(f.key, f.md5) for fs in loaded.values() for f in fs}
+    # read-only lookups trust the ledger: s3rs emptied it
+    assert every <= versions(warehouse, target)
+    # a later load of new rows does not discard the ledger and reload the deleted rows
+    new = put_rows(s3_client, bucket, target, "d3", "p0", demo_rows(1, 9_000))
+    res = load_files(warehouse, s3_resource, target, "d3", [new])
+    assert res.reloaded_reason == "" and res.ledger_discarded == 0
+    for key, fs in loaded.items():
+        again = load_files(warehouse, s3_resource, target, key, fs)
+        assert again.files_loaded == [] and again.reloaded_reason == ""
+    assert counts(pg_url, target) == (1, 1)
+    # ...while a TRUNCATE behind s3rs's back after that load is noticed again
+    run(pg_url, f"TRUNCATE {t}")
+    assert versions(warehouse, target) == {(empty.key, empty.md5)}  # only rowless files
+    res = load_files(warehouse, s3_resource, target, "d1", loaded["d1"])
+    assert "truncated or emptied by hand" in res.reloaded_reason
 
 
 def test_truncate_with_racing_loaders_loads_every_row_once(
@@ -252,9 +285,11 @@ def test_sync_after_drop_reloads_every_partition(mysql_conn, mysql_db, mysql_url
                                                  s3_resource, spark_resource):
     """The issue's story: a sync after the target was re-created said "already in the
     ledger" and loaded 0 rows. Now the load reloads, and the watermark's mirror forgets
-    the other partitions, so the next sync starts loading from the first of them."""
+    the other partitions; the planner, asking the ledger, finds all of them to load."""
     from s3rs_assets.io_manager import store_for
-    from s3rs_assets.runner import first_incomplete
+    from s3rs_assets.load import ledger_versions
+    from s3rs_assets.warehouse import WarehouseResource
+    from s3rs_assets.work import unloaded
     from s3rs_assets_tests.helpers import make_ties_table, resources, sync, table_cfg, ties
 
     days = ("2025-03-01", "2025-03-02", "2025-03-03")
@@ -275,13 +310,15 @@ def test_sync_after_drop_reloads_every_partition(mysql_conn, mysql_db, mysql_url
         assert "dropped and re-created since" in md["reloaded_reason"].value
         assert md["partitions_to_reload"].value == 3 and md["rows_inserted"].value == 40
         rec = store_for(s3_resource).read(cfg.name)
-        assert rec.loaded_partitions[days[0]].files == [] == rec.loaded_partitions[days[1]].files
-        assert first_incomplete(cfg, rec, "load") == days[0]
+        assert days[0] not in rec.loaded_partitions and days[1] not in rec.loaded_partitions
+        wh = WarehouseResource(url=pg_url)
+        assert sorted(unloaded(rec, ledger_versions(wh, schema, "ledger_drop"))) == list(
+            days[:2])
 
         assert sync(cfg, res, start=days[0], end=days[-1], instance=instance,
                     stages=("redshift_table",)).success
         assert pg(pg_url, f"SELECT count(*), count(DISTINCT id) FROM {t}") == [(120, 120)]
         rec = store_for(s3_resource).read(cfg.name)
-        assert first_incomplete(cfg, rec, "load") > days[-1]  # nothing left behind
+        assert not unloaded(rec, ledger_versions(wh, schema, "ledger_drop"))  # none left
         assert rec.redshift_rows_loaded == 120
     run(pg_url, f'DROP SCHEMA "{schema}" CASCADE')

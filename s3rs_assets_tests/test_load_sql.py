@@ -33,6 +33,7 @@ from s3rs_assets.load.sql import (
     add_ledger_identity_sql,
     create_ledger_sql,
     create_stage_sql,
+    create_state_sql,
     delete_sql,
     insert_sql,
     ledger_adopt_sql,
@@ -48,6 +49,8 @@ from s3rs_assets.load.sql import (
     redshift_copy_sql,
     sql_literal,
     staged_stats_sql,
+    state_read_sql,
+    state_write_sql,
     target_identity_sql,
     target_probe_sql,
 )
@@ -384,6 +387,8 @@ class _Cursor:
             self.rows = [(1,)] if st["target_rows"] else []
         elif sql.startswith('SELECT "target_id", COUNT(*)'):
             self.rows = st["summary"]
+        elif sql.startswith('SELECT "target_id", "has_rows"'):
+            self.rows = st["state_row"]
         elif sql.startswith('SELECT DISTINCT "partition_key", "target_id"'):
             self.rows = [(f"p{i}", i) for i, _, _ in st["summary"]]
         elif sql.startswith('SELECT COALESCE(SUM("n")'):
@@ -415,6 +420,7 @@ def redshift(monkeypatch):
         "target_rows": False,
         "summary": [],
         "discarded": 0,
+        "state_row": [],
     }
 
     def connect(self, *, autocommit: bool = False) -> WarehouseConnection:
@@ -464,10 +470,12 @@ def test_redshift_load_sends_exactly_this(redshift, s3_resource, s3_client, buck
     assert sent == [
         'CREATE SCHEMA IF NOT EXISTS "dw"',
         create_ledger_sql("dw"),
+        create_state_sql("dw"),
         create_table_sql(T, "redshift"),
         'SELECT 1 FROM "dw"."orders" LIMIT 1',
         target_identity_sql(),
         ledger_summary_sql("dw"),
+        state_read_sql("dw"),
         'SELECT "file_key", "file_md5" FROM "dw"."s3rs_load_ledger" WHERE "table_name" = %s '
         'AND "target_id" = %s AND "file_key" IN (%s, %s)',
         'INSERT INTO "dw"."s3rs_load_ledger" ("table_name", "file_key", "file_md5", '
@@ -483,6 +491,8 @@ def test_redshift_load_sends_exactly_this(redshift, s3_resource, s3_client, buck
         'SELECT "file_key", "file_md5", "row_count" FROM "dw"."s3rs_load_ledger" '
         'WHERE "table_name" = %s AND "target_id" = %s AND "partition_key" = %s '
         'ORDER BY "loaded_at", "file_key"',
+        'SELECT 1 FROM "dw"."orders" LIMIT 1',  # what the load leaves: the target state
+        *state_write_sql("dw"),
         "COMMIT",
     ]
     assert redshift["params"][redshift["log"].index(target_identity_sql())] == ("dw", "orders")
@@ -491,7 +501,7 @@ def test_redshift_load_sends_exactly_this(redshift, s3_resource, s3_client, buck
         '    "ok" BOOLEAN,\n    "doc" VARCHAR(65535),\n    "dur" VARCHAR(20),\n'
         '    "update_at" TIMESTAMP\n)\nDISTKEY ("id")'
     )
-    ledger_params = redshift["params"][redshift["log"].index(sent[7])]
+    ledger_params = redshift["params"][redshift["log"].index(sent[9])]
     assert ledger_params[:7] == (
         "orders",
         files[0].key,
@@ -589,25 +599,33 @@ def _identity_statements(log: list[str]) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    "target_rows,summary,discarded,statements,reason",
+    "target_rows,summary,discarded,statements,reason,state_row",
     [
         # Re-created target (another table_id in the ledger): its entries go.
-        (True, [(7, 8, 1_000_000)], 8, ["stale"], "dropped and re-created since"),
+        (True, [(7, 8, 1_000_000)], 8, ["stale"], "dropped and re-created since", ()),
         # TRUNCATE kept the table_id: an empty target with claims discards them.
-        (False, [(424242, 8, 1_000_000)], 8, ["claims"], "holds 0 rows"),
+        (False, [(424242, 8, 1_000_000)], 8, ["claims"], "holds 0 rows", ()),
         # Both, and entries from before identities (NULL) on an empty target.
-        (False, [(7, 2, 5), (None, 3, 30)], 3, ["stale", "claims"], "; "),
+        (False, [(7, 2, 5), (None, 3, 30)], 3, ["stale", "claims"], "; ", ()),
         # Entries from before identities on a target with rows: adopted, nothing reloaded.
-        (True, [(None, 3, 30), (424242, 1, 10)], 0, ["adopt"], ""),
+        (True, [(None, 3, 30), (424242, 1, 10)], 0, ["adopt"], "", ()),
         # Claims of empty files only: nothing to doubt.
-        (False, [(424242, 1, 0)], 0, [], ""),
-        (True, [(424242, 8, 80)], 0, [], ""),
+        (False, [(424242, 1, 0)], 0, [], "", ()),
+        (True, [(424242, 8, 80)], 0, [], "", ()),
+        # Empty with claims, but s3rs's own last load left it empty (reconcile deleted every
+        # row deleted in MySQL): the ledger stands, nothing is reloaded.
+        (False, [(424242, 8, 1_000)], 0, [], "", [(424242, False)]),
+        # ...while a state of another incarnation, or one that left rows, proves nothing.
+        (False, [(424242, 8, 1_000)], 8, ["claims"], "holds 0 rows", [(424242, True)]),
+        (False, [(424242, 8, 1_000)], 8, ["claims"], "holds 0 rows", [(7, False)]),
     ],
 )
 def test_redshift_identity_settling_sends_exactly_this(
-    redshift, s3_resource, s3_client, bucket, target_rows, summary, discarded, statements, reason
+    redshift, s3_resource, s3_client, bucket, target_rows, summary, discarded, statements, reason,
+    state_row,
 ):
-    redshift.update(schema=True, target_rows=target_rows, summary=summary, discarded=discarded)
+    redshift.update(schema=True, target_rows=target_rows, summary=summary, discarded=discarded,
+                    state_row=list(state_row))
     redshift["columns"] = [  # the target as create_table_sql made it
         ("id", "numeric", None, 20, 0),
         ("name", "character varying", 40, None, None),
@@ -627,6 +645,7 @@ def test_redshift_identity_settling_sends_exactly_this(
     discards = [s for s in statements if s != "adopt"]
     assert _identity_statements(log) == [
         ledger_summary_sql("dw"),
+        state_read_sql("dw"),
         *([ledger_partitions_sql("dw")] if discards else []),
         *[sql[s] for s in statements],
     ]
@@ -635,6 +654,8 @@ def test_redshift_identity_settling_sends_exactly_this(
             (424242, "orders") if s == "adopt" else ("orders", 424242)
         )
     assert log[-1] == ("COMMIT" if statements else "ROLLBACK")
+    if statements:  # a commit records what the target holds now
+        assert log[-4:-1] == ['SELECT 1 FROM "dw"."orders" LIMIT 1', *state_write_sql("dw")]
     assert reason in res.reloaded_reason and bool(res.reloaded_reason) == bool(reason)
     assert res.ledger_discarded == discarded * len(discards)
     if reason:  # the partitions of every discarded entry (the fake names them p<target_id>)

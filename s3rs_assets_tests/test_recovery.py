@@ -8,7 +8,7 @@ import dagster as dg
 import pytest
 
 from s3rs_assets.io_manager import store_for
-from s3rs_assets.runner import plan_sync
+from s3rs_assets.work import plan_sync
 from s3rs_assets_tests.helpers import (
     backup,
     list_keys,
@@ -64,12 +64,12 @@ def test_sync_after_losing_the_watermark(kind, mysql_conn, mysql_db, mysql_url, 
             assert md["watermark_recovery"].value["source"] == "daily", sorted(md)
         else:
             # `s3rs sync` plans from the recovered record: day 1 is not read again
-            recovered = store_for(s3_resource, instance=instance).read(cfg.name)
+            recovered = store_for(s3_resource, instance=instance).recover(cfg.name).record
             expected = "event_log" if kind == "everything_but_the_event_log" else (
                 "session" if kind == "primary_and_daily" else "daily")
             assert recovered.backup_metadata.recovered_from == expected
             assert recovered.partitions["2025-03-04"].cursor == cursor
-            plan = plan_sync(cfg, recovered, ("backup",))
+            plan = plan_sync(cfg, recovered)
             assert plan.start == "2025-03-04"
             result = backup(cfg, res, start=plan.start, end="2025-03-04", instance=instance)
             md = result.get_asset_materialization_events()[0].materialization.metadata

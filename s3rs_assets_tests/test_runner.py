@@ -1,4 +1,4 @@
-"""Planning a sync (runner.py): runs follow the partitions that hold rows, not the calendar.
+"""Planning a sync (work.py): runs follow the partitions that hold rows, not the calendar.
 
 Real MariaDB tables and the moto S3 server; no Spark and no Dagster run: `prepare` only
 probes MySQL and writes the watermark's closed ranges.
@@ -10,11 +10,12 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from s3rs_assets import runner
+from s3rs_assets import work
 from s3rs_assets.io_manager import store_for
 from s3rs_assets.partitions import partitions_def, windows
 from s3rs_assets.resources import MySQLResource
-from s3rs_assets.watermark import FileEntry, LoadState, PartitionState, Position, WatermarkRecord
+from s3rs_assets.warehouse import WarehouseResource
+from s3rs_assets.watermark import FileEntry, PartitionState, Position, WatermarkRecord
 from s3rs_assets_tests.helpers import make_ties_table, table_cfg
 
 NOW = datetime.now().replace(microsecond=0)
@@ -39,11 +40,12 @@ def key(d: datetime) -> str:
 
 
 def test_runs_cover_the_days_with_rows_and_empty_stretches_close_without_one(
-    sparse, mysql_url, s3_resource
+    sparse, mysql_url, pg_url, s3_resource
 ):
     store = store_for(s3_resource)
     mysql = MySQLResource(url=mysql_url)
-    prepared = runner.prepare(sparse, mysql, store, ("backup", "load"))
+    wh = WarehouseResource(url=pg_url)
+    prepared = work.prepare(sparse, mysql, wh, s3_resource, store, ("backup", "load"))
     # two adjacent old days are one run, the lonely day another, today a third
     assert [(p.start, p.end) for p in prepared.plans] == [
         (key(day(1000)), key(day(999))),
@@ -61,7 +63,8 @@ def test_runs_cover_the_days_with_rows_and_empty_stretches_close_without_one(
     mysql.teardown_after_execution(None)
 
 
-def test_a_table_with_nothing_new_gets_no_run(sparse, mysql_url, s3_resource, mysql_conn):
+def test_a_table_with_nothing_new_gets_no_run(sparse, mysql_url, pg_url, s3_resource,
+                                              mysql_conn):
     store = store_for(s3_resource)
     pdef = partitions_def(sparse)
     with mysql_conn.cursor() as cur:
@@ -78,7 +81,8 @@ def test_a_table_with_nothing_new_gets_no_run(sparse, mysql_url, s3_resource, my
 
     store.update(sparse.name, synced)
     mysql = MySQLResource(url=mysql_url)
-    prepared = runner.prepare(sparse, mysql, store, ("backup", "load"))
+    wh = WarehouseResource(url=pg_url)
+    prepared = work.prepare(sparse, mysql, wh, s3_resource, store, ("backup", "load"))
     assert prepared.plans == [] and prepared.closed == 0
     mysql.teardown_after_execution(None)
 
@@ -100,13 +104,15 @@ def test_load_backlog_and_backup_work_plan_separately(sparse):
         rec.reopen(s, e)
         rec.partitions[k] = PartitionState(window_start=s, window_end=e, status="complete",
                                            files=_files(n))
-    rec.loaded_partitions[all_w[20][0]] = LoadState(files=["k20"])
-    plans = runner.plan_work(sparse, rec, ("backup", "load"), [all_w[5][0], all_w[40][0]])
+    loaded = {("k20", "0" * 32)}
+    load_work = list(work.unloaded(rec, loaded))
+    plans = work.plan_work(sparse, rec, ("backup", "load"), [all_w[5][0], all_w[40][0]],
+                           load_work)
     assert [(p.stages, p.start, p.end) for p in plans] == [
         (("backup", "load"), all_w[5][0], all_w[5][0]),   # 10 holds rows: not joined
         (("load",), all_w[10][0], all_w[30][0]),          # 10 and 30 unloaded; one run
         (("backup", "load"), all_w[40][0], all_w[40][0]),
     ]
     # across closed (empty) days only, close work joins into one run
-    plans = runner.plan_work(sparse, rec, ("backup",), [all_w[31][0], all_w[40][0]])
+    plans = work.plan_work(sparse, rec, ("backup",), [all_w[31][0], all_w[40][0]], [])
     assert [(p.start, p.end) for p in plans] == [(all_w[31][0], all_w[40][0])]

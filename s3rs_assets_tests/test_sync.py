@@ -199,3 +199,24 @@ def test_each_partition_shows_its_own_figures_and_the_checks_run_alone(
             (evaluation,) = alone.get_asset_check_evaluations()
             assert evaluation.passed, evaluation.description
             assert evaluation.metadata["partitions_checked"].value == 2
+
+
+def test_a_run_describes_its_table_once(demo, mysql_db, mysql_url, pg_url, s3_resource,
+                                        spark_resource, monkeypatch):
+    """The backup, the load and matches_mysql of one run share one description of the
+    MySQL table (issue 16: it was asked four times per run). Counted, not timed."""
+    from s3rs_assets import load_stage
+
+    calls: list[str] = []
+    real = load_stage.describe
+
+    def counting(conn, cfg):
+        calls.append(cfg.name)
+        return real(conn, cfg)
+
+    monkeypatch.setattr(load_stage, "describe", counting)
+    cfg = table_cfg(mysql_db, "sync_demo", chunk_rows=5000, target="dw_once.sync_demo")
+    res = resources(mysql_url, s3_resource, spark_resource, pg_url)
+    result = sync(cfg, res, start=DAYS[0], end=DAYS[1])
+    assert result.success and _check_result(result).passed
+    assert calls == [cfg.name]

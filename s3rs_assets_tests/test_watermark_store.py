@@ -394,9 +394,12 @@ def test_event_log_is_the_last_resort(s3_resource, saved, s3_client, bucket):
     for k in all_keys(s3_client, bucket):
         s3_client.delete_object(Bucket=bucket, Key=k)
     rec = store.read(T)
-    assert asked == [T]
-    assert rec.backup_metadata.recovered_from == "event_log"
-    assert rec.partitions == saved.partitions
+    assert asked == [T] and rec.partitions == saved.partitions
+    assert not exists(s3_client, bucket, primary())  # reading never writes
+    report, _ = store.peek(T)
+    assert report.source == "event_log"
+    report = store.recover(T)  # the explicit step writes it back
+    assert report.record.backup_metadata.recovered_from == "event_log"
     assert exists(s3_client, bucket, primary())
 
 
@@ -468,7 +471,7 @@ def test_recovery_write_back_that_loses_a_race_rereads(s3_resource, bucket, s3_c
     saved = run(store, T, add_chunk("2025-01-01", 5)).record
     s3_client.delete_object(Bucket=bucket, Key=primary())
     fault = Inject(store.client, "/watermarks/tables/", times=1)
-    rec = store.read(T, fresh=True)
+    rec = store.recover(T).record
     assert fault.injected == 1 and fault.seen == 2
     assert rec.partitions == saved.partitions
     assert rec.backup_metadata.recovered_from == "daily"

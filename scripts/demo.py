@@ -186,11 +186,11 @@ def sync_range(bucket: str, prefix: str) -> tuple[str, str]:
     from s3rs_assets.config import find_table, load_tables
     from s3rs_assets.io_manager import store_for
     from s3rs_assets.resources import S3Resource
-    from s3rs_assets.runner import plan_sync
+    from s3rs_assets.work import plan_sync
 
     table = find_table(load_tables(), QUALIFIED)
     record = store_for(S3Resource(bucket=bucket, prefix=prefix)).read(QUALIFIED)
-    plan = plan_sync(table, record, ("backup", "load"))
+    plan = plan_sync(table, record)
     return plan.start, plan.end
 
 

@@ -48,8 +48,6 @@ def s3clean_list(name: str, as_json: bool) -> None:
             }
         )
         return
-    if listing.fallback:
-        echo(f"warning: {listing.source}", err=True)
     echo(
         f"{table.name}: {len(objs)} file(s), {_size(sum(o['bytes'] for o in objs))} "
         f"(load state from {listing.source})"
@@ -63,8 +61,6 @@ def s3clean_list(name: str, as_json: bool) -> None:
 
 
 def _print_report(r: cleanup.CleanReport) -> None:
-    if r.fallback:
-        echo(f"warning: {r.table}: {r.source}", err=True)
     verb = "would delete" if r.dry_run else "deleted"
     removed = r.removed
     age_txt = f" older than {r.older_than}" if r.older_than else ""
@@ -79,9 +75,9 @@ def _print_report(r: cleanup.CleanReport) -> None:
         echo(f"  kept:  {o['key']}  ({o['state']}; --force deletes it)")
     if r.forced_unloaded:
         echo(
-            f"  WARNING: {len(r.forced_unloaded)} {'would be' if r.dry_run else 'were'} in a "
-            "partition manifest but not loaded: loading those partitions fails until they are "
-            "extracted again (materialize s3_parquet for them, or `s3rs watermark set`)",
+            f"  note: {len(r.forced_unloaded)} {'would be' if r.dry_run else 'were'} in a "
+            "partition manifest but not loaded yet: the next `s3rs sync` finds them gone and "
+            "reads those partitions from MySQL again",
             err=True,
         )
     for k, e in r.failed.items():
@@ -140,9 +136,9 @@ def s3clean_clean(
 ) -> None:
     """Delete a table's loaded parquet files (all ages unless --older-than).
 
-    A file counts as loaded when the warehouse's load ledger lists it; when the warehouse
-    cannot be reached the watermark's load mirror is used instead, and the output says so.
-    Partition manifests keep listing deleted files: they are the history of what was
+    A file counts as loaded when the warehouse's load ledger lists it (key and content) for
+    the target as it is now; when the warehouse cannot be reached nothing is deleted (exit
+    2). Partition manifests keep listing deleted files: they are the history of what was
     loaded. Watermark objects are never touched.
     """
     if older_than is not None:

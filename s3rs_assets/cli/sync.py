@@ -1,5 +1,11 @@
-"""`s3rs sync`: plan each table from MySQL probes (runner.prepare), then run only where
-there is work, through Dagster in this process (the runs show in the UI)."""
+"""`s3rs sync`: plan each table from the truth (work.prepare: MySQL probes, the warehouse's
+load ledger, S3), then run only where there is work, through Dagster in this process (the
+runs show in the UI).
+
+Exit codes (DESIGN.md): 0 every table's data moved and its checks passed; 1 a run or a check
+failed, or rows could not be moved (the finding is printed); 2 a table's configuration, or
+MySQL, S3 or the warehouse could not be used before anything ran — nothing of it changed.
+With several tables, 1 wins over 2."""
 
 from __future__ import annotations
 
@@ -11,11 +17,23 @@ from typing import Any
 
 import click
 
-from s3rs_assets import runner
-from s3rs_assets.cli.common import _mysql, _s3, _say, _store, _tables, echo, friendly_errors
+from s3rs_assets import runner, work
+from s3rs_assets.cli.common import (
+    _mysql,
+    _s3,
+    _say,
+    _store,
+    _tables,
+    _warehouse,
+    echo,
+    friendly_errors,
+)
 from s3rs_assets.config import TableConfig
+from s3rs_assets.errors import S3rsError
 from s3rs_assets.progress import SYNC_TAG, SyncMonitor, failure_reasons, run_retries
 from s3rs_assets.watermark_edit import fmt as _fmt
+
+OK, FAILED, UNUSABLE = 0, 1, 2
 
 
 @click.command()
@@ -72,12 +90,12 @@ def sync(
     side_by_side = parallel > 1 and len(tables) > 1
     tty = (sys.stderr.isatty() if progress is None else progress) and not side_by_side
 
-    def one(table: TableConfig) -> bool:
+    def one(table: TableConfig) -> int:
         try:
             return _sync_table(ctx, table, stages, limit, inst=inst, s3=s3, tty=tty)
         except Exception as e:  # noqa: BLE001 - one table's failure must not stop others
             echo(f"{table.name}: FAILED: {e}", err=True, fg="red")
-            return False
+            return FAILED
 
     if side_by_side:
         runner.for_threads(inst)
@@ -85,18 +103,19 @@ def sync(
             results = list(pool.map(one, tables))
     else:
         results = [one(t) for t in tables]
-    failed = [t.name for t, ok in zip(tables, results, strict=True) if not ok]
+    failed = [t.name for t, code in zip(tables, results, strict=True) if code != OK]
     if failed:
         echo(f"failed: {', '.join(failed)}", err=True, fg="red")
-        sys.exit(1)
+        sys.exit(FAILED if FAILED in results else UNUSABLE)
 
 
-def _prepare(table: TableConfig, stages: tuple[str, ...], store: Any) -> Any:
-    """runner.prepare with a MySQL connection of this table's own (closed afterwards): the
-    probes, the closing of empty stretches and the plans."""
+def _prepare(table: TableConfig, stages: tuple[str, ...], store: Any, s3: Any) -> Any:
+    """work.prepare with a MySQL connection of this table's own (closed afterwards): the
+    ledger's answer, the probes, the closing of empty stretches and the plans."""
     mysql = _mysql() if "backup" in stages else None
+    warehouse = _warehouse() if "load" in stages else None
     try:
-        return runner.prepare(table, mysql, store, stages)
+        return work.prepare(table, mysql, warehouse, s3, store, stages)
     finally:
         if mysql is not None:
             mysql.teardown_after_execution(None)
@@ -104,10 +123,14 @@ def _prepare(table: TableConfig, stages: tuple[str, ...], store: Any) -> Any:
 
 def _nothing_new(table: TableConfig, prepared: Any, stages: tuple[str, ...]) -> str:
     if "backup" not in stages:
-        return f"{table.name}: nothing to load (every extracted file is in the load ledger)"
+        return (
+            f"{table.name}: nothing to load: the warehouse's load ledger holds every extracted "
+            f"file ({prepared.loaded_files:,} file version(s) in "
+            f"{table.target_schema}.{table.target_table})"
+        )
     return (
         f"{table.name}: nothing new below the safety bound {_fmt(prepared.bound)} "
-        "(MySQL clock): no run"
+        "(MySQL clock) and nothing waiting to be loaded: no run"
     )
 
 
@@ -121,23 +144,42 @@ def _sync_table(
     s3: Any,
     tty: bool,
 ) -> bool:
-    """Plan and run one table's sync; False when it failed (the reason is printed). Safe
-    to run for several tables at once: it builds its own watermark store and MySQL
-    connection, and prints only lines starting with the table's name."""
+    """Plan and run one table's sync; its exit code (OK, FAILED, UNUSABLE), the reason
+    printed. Safe to run for several tables at once: it builds its own watermark store and
+    MySQL connection, and prints only lines starting with the table's name."""
     store = _store(s3)
     try:
-        prepared = _prepare(table, stages, store)
+        prepared = _prepare(table, stages, store, s3)
+    except S3rsError as e:  # configuration, or a service it could not use: nothing ran
+        echo(f"{table.name}: error before any run: {e}", err=True, fg="red")
+        return UNUSABLE
     except Exception as e:  # noqa: BLE001 - this table fails, the others still run
         echo(f"{table.name}: FAILED before any run: {e}", err=True, fg="red")
-        return False
+        return FAILED
+    for partition, keys in prepared.lost.items():
+        echo(
+            f"{table.name}: {len(keys)} unloaded file(s) of partition {partition} are no "
+            f"longer in S3 (e.g. {keys[0]}): the partition is read again from MySQL",
+            err=True,
+            fg="yellow",
+        )
     if prepared.closed:
         echo(
             f"{table.name}: {prepared.closed:,} empty partition(s) closed without a run "
             f"({prepared.probes} probe(s))"
         )
+    if prepared.lost and "backup" not in stages:
+        echo(
+            f"{table.name}: FAILED: {len(prepared.lost)} partition(s) lost files that were "
+            f"never loaded; run `s3rs sync -t {table.name}` (not --redshift-only) to read "
+            "them again from MySQL",
+            err=True,
+            fg="red",
+        )
+        return FAILED
     if not prepared.plans:
         echo(_nothing_new(table, prepared, stages))
-        return True
+        return OK
     budget = limit
     for plan in prepared.plans:
         echo(f"{table.name}: {' + '.join(plan.stages)}, partitions {plan.start} .. {plan.end}")
@@ -150,7 +192,7 @@ def _sync_table(
         except Exception as e:  # noqa: BLE001 - one table's failure must not stop others
             monitor.stop()
             echo(f"{table.name}: FAILED before the run started: {e}", err=True, fg="red")
-            return False
+            return FAILED
         monitor.stop()
         retries = run_retries(result)
         after = f" after {retries} retr{'y' if retries == 1 else 'ies'}" if retries else ""
@@ -158,9 +200,9 @@ def _sync_table(
             echo(f"{table.name}: run {result.run_id} FAILED{after}", err=True, fg="red")
             for reason in failure_reasons(result):
                 echo(f"  {table.name}: {reason}", err=True, fg="red")
-            return False
+            return FAILED
         if _failed_checks(ctx, table, result):
-            return False
+            return FAILED
         echo(f"{table.name}: run {result.run_id} succeeded{after}")
         _report_unread_rows(ctx, table, store)
         if budget is not None and "backup" in plan.stages:
@@ -168,7 +210,7 @@ def _sync_table(
             if budget <= 0:
                 echo(f"{table.name}: --limit {limit:,} reached; the next sync resumes there")
                 break
-    return True
+    return OK
 
 
 def _rows_extracted(store: Any, table: TableConfig) -> int:

@@ -18,9 +18,18 @@ from typing import Any
 import click
 
 from s3rs_assets import watermark_edit
-from s3rs_assets.cli.common import _dump, _source_now, _store, _table, echo, friendly_errors
+from s3rs_assets.cli.common import (
+    _dump,
+    _source_now,
+    _store,
+    _table,
+    _warehouse,
+    echo,
+    friendly_errors,
+)
 from s3rs_assets.config import TableConfig, load_tables
 from s3rs_assets.errors import ConfigError, S3rsError
+from s3rs_assets.load import clear_ledger, ledger_versions
 from s3rs_assets.partitions import partition_keys, partitions_def, window
 from s3rs_assets.times import TIMESTAMP_HELP, parse_timestamp_syntax, resolve_timestamp
 from s3rs_assets.watermark import WatermarkRecord, iso, utcnow
@@ -118,7 +127,15 @@ def render_record(rec: WatermarkRecord, table: TableConfig, show_files: bool = F
 def watermark_get(name: str, as_json: bool, show_files: bool) -> None:
     """Show a table's watermark (both stages, per partition)."""
     table = _table(name)
-    rec = _store().read(table.name)
+    report, known = _store().peek(table.name)
+    rec = known.record
+    if report is not None:  # reading never writes: say where this came from
+        echo(
+            f"note: the primary watermark of {table.name} is {report.primary_error}; showing "
+            f"the {report.source} copy {report.key} (nothing was written: the watermark guard "
+            "sensor or the next run restores it)",
+            err=True,
+        )
     if rec is None:
         if as_json:
             echo(json.dumps(None))
@@ -144,29 +161,37 @@ def _manual_change(
     now: datetime | None,
     notes: list[str] = (),
     create: bool = True,
+    also: tuple[list[str], Callable[[], str]] | None = None,
 ) -> None:
     """Show before -> after, confirm, then apply `change` compare-and-swap
-    (watermark_edit.commit refuses if the record moved since it was shown)."""
+    (watermark_edit.commit refuses if the record moved since it was shown). `also` is a
+    change outside the record (its description lines, and the call that makes it after the
+    record is saved)."""
     store = _store()
     mc = watermark_edit.preview(store, table, change, now=now, create=create)
+    extra, act = also if also else ([], None)
     echo(title)
-    if mc is None:
+    if mc is None and not extra:
         echo(f"  nothing to change: {table.name} has no watermark yet.")
         return
     for n in notes:
         echo(f"  note: {n}")
-    if not mc.diff:
+    diff = (mc.diff if mc else []) + extra
+    if not diff:
         echo("  nothing to change.")
         return
-    for line in mc.diff:
+    for line in diff:
         echo(line)
     if dry_run:
         echo("dry run: nothing written.")
         return
     if not yes:
         click.confirm("Apply this change?", abort=True, err=True)
-    saved = watermark_edit.commit(store, mc, now=now)
-    echo(f"saved: next sync starts from {next_start(table, saved)[2]}")
+    saved = watermark_edit.commit(store, mc, now=now) if mc and mc.diff else None
+    if act is not None:
+        echo(act())
+    if saved is not None:
+        echo(f"saved: next sync starts from {next_start(table, saved)[2]}")
 
 
 @watermark.command("set")
@@ -214,10 +239,14 @@ def watermark_set(name: str, ts_text: str, yes: bool, dry_run: bool) -> None:
 def watermark_reset(
     name: str, mysql_only: bool, redshift_only: bool, yes: bool, dry_run: bool
 ) -> None:
-    """Back to "nothing extracted": the next sync starts at tables.yaml `start`.
+    """Back to "nothing extracted" and/or "nothing loaded".
 
-    --redshift-only clears the watermark's mirror of the load ledger; the ledger table in
-    the warehouse stays the truth, so files it lists are not loaded again.
+    The MySQL side (--mysql-only): the next sync reads every partition again from
+    tables.yaml `start`. The load side (--redshift-only): the warehouse's load ledger — the
+    truth for what is loaded — forgets every file of the table, so the next sync loads every
+    extracted file again (the merge keeps per key the newest row, so nothing moves back;
+    rows deleted in MySQL that reconcile removed come back until the next
+    `s3rs reconcile --apply`). Without either flag, both.
     """
     if mysql_only and redshift_only:
         raise click.UsageError("--mysql-only and --redshift-only exclude each other")
@@ -229,21 +258,35 @@ def watermark_reset(
             f"every partition is read again from {_fmt(table.start)} (tables.yaml start); "
             "files already in S3 stay (s3rs s3clean removes loaded ones)"
         )
+    also = None
     if redshift:
-        notes.append(
-            "the load mirror is cleared, but the warehouse's load ledger (s3rs_load_ledger) "
-            "is unchanged and stays the truth: files it lists are not loaded again; the next "
-            "load mirrors it back"
+        wh = _warehouse()
+        target = f"{table.target_schema}.{table.target_table}"
+        held = len(ledger_versions(wh, table.target_schema, table.target_table))
+        lines = (
+            [
+                f"  warehouse load ledger of {target}: {held:,} file version(s) -> 0 "
+                "(every extracted file loads again at the next sync)"
+            ]
+            if held
+            else []
         )
+
+        def forget() -> str:
+            n = clear_ledger(wh, table.target_schema, table.target_table)
+            return f"load ledger: {n:,} entr{'y' if n == 1 else 'ies'} of {target} deleted"
+
+        also = (lines, forget)
     _manual_change(
         table,
         lambda rec: apply_reset(rec, mysql, redshift),
-        title=f"watermark reset {table.name} ({'both stages' if mysql and redshift else 'MySQL side' if mysql else 'load mirror'}):",  # noqa: E501
+        title=f"watermark reset {table.name} ({'both stages' if mysql and redshift else 'MySQL side' if mysql else 'load side'}):",  # noqa: E501
         yes=yes,
         dry_run=dry_run,
         now=None,
         notes=notes,
         create=False,
+        also=also,
     )
 
 

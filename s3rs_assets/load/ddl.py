@@ -7,8 +7,8 @@ any other change raises SourceSchemaError, naming every incompatible column, bef
 runs. DDL runs before and outside the load transaction (Redshift cannot ALTER a column
 type inside one); concurrent `ensure_target` calls race harmlessly: a lost race re-plans.
 
-`ensure_target` also creates the schema's load ledger, or migrates one written before
-entries carried the target's identity (see ledger.py).
+`ensure_target` also creates the schema's load ledger (or migrates one written before
+entries carried the target's identity) and its target-state table (see ledger.py).
 
 Comparison works on canonical type names (`canonical_type` turns information_schema's
 description into the spelling `types.py` uses); planning is pure, so tests assert it.
@@ -23,14 +23,15 @@ import dagster as dg
 
 from s3rs_assets.errors import SourceSchemaError
 from s3rs_assets.identifiers import pg_quote, pg_table
-from s3rs_assets.load.ledger import ledger_columns
+from s3rs_assets.load.ledger import ledger_columns, table_exists
 from s3rs_assets.load.sql import (
     add_ledger_identity_sql,
     column_list,
     create_ledger_sql,
+    create_state_sql,
     warehouse_type,
 )
-from s3rs_assets.load.target import WIDEN_TMP_COLUMN, LoadTarget
+from s3rs_assets.load.target import STATE_TABLE, WIDEN_TMP_COLUMN, LoadTarget
 from s3rs_assets.types import SourceColumn
 from s3rs_assets.warehouse import (
     Dialect,
@@ -229,6 +230,8 @@ def ensure_target(warehouse: WarehouseResource, target: LoadTarget) -> list[str]
                     groups.append([create_ledger_sql(target.schema)])
                 elif "target_id" not in ledger:
                     groups.append([add_ledger_identity_sql(target.schema)])
+                if not (have_schema and table_exists(conn, target.schema, STATE_TABLE)):
+                    groups.append([create_state_sql(target.schema)])
                 existing = _existing_columns(conn, target) if have_schema else None
                 groups.extend(plan_target_ddl(target, existing, dialect))
                 return _run_groups(conn, groups)

@@ -16,16 +16,24 @@ DROP or TRUNCATE can slip in before the commit:
 
 * entries of another identity describe a table that no longer exists: deleted, and every
   file of their partitions loads again;
-* TRUNCATE keeps the identity: when the target holds no rows while entries of its identity
-  claim some, they are deleted and every file loads again. The emptiness check and the
-  delete are one statement, so rows a racing loader committed in between are never
-  undone. A partial delete by hand is not guessed at here: `verify` and reconcile find it;
+* TRUNCATE keeps the identity. s3rs tells it from its own deletes through the target-state
+  table (`s3rs_target_state`, one row per table, written in every load transaction: the
+  identity it wrote into and whether the target held rows when it committed). A target
+  that holds no rows now although s3rs left it holding rows was emptied behind s3rs's back
+  (TRUNCATE, DELETE by hand, a restore): the entries of its identity are deleted and every
+  file loads again. A target s3rs emptied itself (reconcile deleting every row deleted in
+  MySQL) keeps its ledger, so those rows never come back. Without a state row (a ledger
+  from before it existed) an empty target whose entries claim rows counts as emptied. The
+  emptiness check and the delete are one statement, so rows a racing loader committed in
+  between are never undone. A partial delete by hand is not guessed at here: `verify` and
+  reconcile find it;
 * entries without an identity (a ledger from before; `ensure_target` adds the column) are
   adopted while the target holds rows, and discarded as above while it holds none.
 
 What was discarded and why is logged as a warning and reported in the load's result. OIDs
 are reused only after the 32-bit counter wraps around, a risk we accept. The read-only
-lookups (`ledger_files`, `ledger_versions`) apply the same rules without changing anything.
+lookups (`ledger_files`, `ledger_versions`, `loaded_now`) apply the same rules without
+changing anything: they are what the planner, `s3clean` and the sensors ask.
 """
 
 from __future__ import annotations
@@ -42,6 +50,7 @@ from s3rs_assets.identifiers import check_identifier
 from s3rs_assets.load.sql import (
     LedgerScope,
     ledger_adopt_sql,
+    ledger_clear_sql,
     ledger_discard_claims_sql,
     ledger_discard_stale_sql,
     ledger_files_sql,
@@ -49,10 +58,12 @@ from s3rs_assets.load.sql import (
     ledger_lookup_sql,
     ledger_partitions_sql,
     ledger_summary_sql,
+    state_read_sql,
+    state_write_sql,
     target_identity_sql,
     target_probe_sql,
 )
-from s3rs_assets.load.target import LEDGER_TABLE, LoadTarget
+from s3rs_assets.load.target import LEDGER_TABLE, STATE_TABLE, LoadTarget
 from s3rs_assets.warehouse import WarehouseConnection, WarehouseResource
 from s3rs_assets.watermark import FileEntry
 
@@ -64,12 +75,77 @@ log = dg.get_dagster_logger("s3rs.load")
 
 def ledger_columns(conn: WarehouseConnection, schema: str) -> set[str]:
     """The ledger's column names in `schema` (empty: there is no ledger)."""
+    return _columns(conn, schema, LEDGER_TABLE)
+
+
+def _columns(conn: WarehouseConnection, schema: str, table: str) -> set[str]:
     rows = conn.query(
         "SELECT column_name FROM information_schema.columns "
         "WHERE table_schema = %s AND table_name = %s",
-        (schema, LEDGER_TABLE),
+        (schema, table),
     )
     return {str(r[0]) for r in rows}
+
+
+def table_exists(conn: WarehouseConnection, schema: str, table: str) -> bool:
+    return bool(_columns(conn, schema, table))
+
+
+@dataclass(frozen=True)
+class TargetState:
+    """What s3rs left in a target when it last committed a load into it."""
+
+    target_id: int
+    has_rows: bool
+
+
+def read_state(
+    conn: WarehouseConnection, schema: str, table: str, *, check: bool = True
+) -> TargetState | None:
+    """The table's state row; None before the first load that wrote one. `check=False`
+    inside a load, where `ensure_target` has made the state table."""
+    if check and not table_exists(conn, schema, STATE_TABLE):
+        return None
+    rows = conn.query(state_read_sql(schema), (table,))
+    return TargetState(int(rows[0][0]), bool(rows[0][1])) if rows else None
+
+
+def write_state(
+    conn: WarehouseConnection, target: LoadTarget, ident: int, load_id: str, now: datetime
+) -> bool:
+    """Record, inside the load transaction, what this load leaves in the target."""
+    rows_there = has_rows(conn, target.schema, target.table)
+    delete, insert = state_write_sql(target.schema)
+    conn.execute(delete, (target.table,))
+    conn.execute(insert, (target.table, ident, rows_there, load_id, now))
+    return rows_there
+
+
+def emptied_behind_our_back(
+    rows_there: bool, claimed_rows: int, state: TargetState | None, ident: int
+) -> bool:
+    """The target holds no rows, the ledger says files with rows were loaded into it, and
+    s3rs did not empty it itself (its last load left rows there, or it never said)."""
+    if rows_there or claimed_rows <= 0:
+        return False
+    left_empty = state is not None and state.target_id == ident and not state.has_rows
+    return not left_empty
+
+
+def clear(warehouse: WarehouseResource, schema: str, table: str) -> int:
+    """Delete every ledger entry (and the state row) of `table`: each file of its
+    manifests loads again at the next load. Returns the entries deleted."""
+    check_identifier(schema, "warehouse schema")
+    check_identifier(table, "warehouse table")
+    with warehouse.connection() as conn:
+        if not ledger_columns(conn, schema):
+            return 0
+        ledger_sql, state_sql = ledger_clear_sql(schema)
+        n = conn.execute(ledger_sql, (table,))
+        if table_exists(conn, schema, STATE_TABLE):
+            conn.execute(state_sql, (table,))
+        conn.commit()
+    return max(n, 0)
 
 
 def identity(conn: WarehouseConnection, schema: str, table: str) -> int | None:
@@ -113,7 +189,8 @@ def settle(conn: WarehouseConnection, target: LoadTarget) -> Settled:
     claims = [(int(n), int(r)) for i, n, r in summary if i is None or int(i) == ident]
     legacy = any(i is None for i, _, _ in summary)
     claimed_rows = sum(r for _, r in claims)
-    doubt_claims = not rows_there and claimed_rows > 0
+    state = read_state(conn, target.schema, target.table, check=False)
+    doubt_claims = emptied_behind_our_back(rows_there, claimed_rows, state, ident)
     parts: dict[str, set[bool]] = {}  # partition -> {is stale} of its entries
     if stale or doubt_claims:
         for p, i in conn.query(ledger_partitions_sql(target.schema), (target.table,)):
@@ -139,7 +216,7 @@ def settle(conn: WarehouseConnection, target: LoadTarget) -> Settled:
             reasons.append(
                 f"{target.qualified} holds 0 rows but the load ledger says "
                 f"{sum(e for e, _ in claims)} file(s) with {claimed_rows} rows were loaded "
-                "into it (truncated or emptied by hand?)"
+                "into it and s3rs's last load left rows there (truncated or emptied by hand?)"
             )
             legacy = False
     if legacy:
@@ -219,8 +296,9 @@ def current_ledger(
 ) -> list[tuple[str, str, int]]:
     """(file key, md5, rows) of the entries that describe the table as it is now, oldest
     first: entries of its current identity, plus entries that predate identities (a load
-    would adopt them); none when the table does not exist; and while it holds no rows, only
-    entries of empty files (a load would discard the rest and reload them)."""
+    would adopt them); none when the table does not exist; and when it was emptied behind
+    s3rs's back, only entries of empty files (a load would discard the rest and reload
+    them)."""
     columns = ledger_columns(conn, schema)
     ident = identity(conn, schema, table) if columns else None
     if ident is None:
@@ -231,7 +309,10 @@ def current_ledger(
         params += (partition_key,)
     rows = conn.query(ledger_files_sql(schema, partition_key is not None, scope), params)
     entries = [(str(k), str(m), int(n)) for k, m, n in rows]
-    if entries and not has_rows(conn, schema, table):
+    claimed = sum(e[2] for e in entries)
+    if entries and emptied_behind_our_back(
+        has_rows(conn, schema, table), claimed, read_state(conn, schema, table), ident
+    ):
         entries = [e for e in entries if e[2] == 0]
     return entries
 

@@ -15,7 +15,13 @@ from typing import Any, Literal
 from s3rs_assets.connections import Dialect
 from s3rs_assets.errors import ConfigError
 from s3rs_assets.identifiers import pg_quote, pg_table
-from s3rs_assets.load.target import LEDGER_TABLE, ROW_NUMBER_COLUMN, STAGE_TABLE, LoadTarget
+from s3rs_assets.load.target import (
+    LEDGER_TABLE,
+    ROW_NUMBER_COLUMN,
+    STAGE_TABLE,
+    STATE_TABLE,
+    LoadTarget,
+)
 from s3rs_assets.types import VARBYTE_MAX, SourceColumn, column_type
 from s3rs_assets.watermark import FileEntry
 
@@ -158,6 +164,49 @@ def ledger_adopt_sql(schema: str) -> str:
         f'UPDATE {pg_table(schema, LEDGER_TABLE)} SET "target_id" = %s '
         'WHERE "table_name" = %s AND "target_id" IS NULL'
     )
+
+
+def create_state_sql(schema: str) -> str:
+    """One row per table: the identity s3rs last wrote into and whether it left rows there.
+    An empty target that s3rs left holding rows was emptied behind its back (TRUNCATE, a
+    DELETE by hand); one s3rs emptied itself (reconcile deleting every row) was not."""
+    return (
+        f"CREATE TABLE IF NOT EXISTS {pg_table(schema, STATE_TABLE)} (\n"
+        '    "table_name" VARCHAR(128) NOT NULL,\n'
+        '    "target_id" BIGINT NOT NULL,\n'
+        '    "has_rows" BOOLEAN NOT NULL,\n'
+        '    "load_id" VARCHAR(64) NOT NULL,\n'
+        '    "updated_at" TIMESTAMP NOT NULL,\n'
+        '    PRIMARY KEY ("table_name")\n'
+        ")"
+    )
+
+
+def state_read_sql(schema: str) -> str:
+    return (
+        f'SELECT "target_id", "has_rows" FROM {pg_table(schema, STATE_TABLE)} '
+        'WHERE "table_name" = %s'
+    )
+
+
+def state_write_sql(schema: str) -> list[str]:
+    """Replace a table's state row (DELETE + INSERT: Redshift has no upsert), inside the
+    load transaction that changed the target."""
+    table = pg_table(schema, STATE_TABLE)
+    return [
+        f'DELETE FROM {table} WHERE "table_name" = %s',
+        f'INSERT INTO {table} ("table_name", "target_id", "has_rows", "load_id", "updated_at") '
+        "VALUES (%s, %s, %s, %s, %s)",
+    ]
+
+
+def ledger_clear_sql(schema: str) -> list[str]:
+    """Forget every file loaded into a table (`watermark reset --redshift-only`): the next
+    load merges them all again, which never moves a row back."""
+    return [
+        f'DELETE FROM {pg_table(schema, LEDGER_TABLE)} WHERE "table_name" = %s',
+        f'DELETE FROM {pg_table(schema, STATE_TABLE)} WHERE "table_name" = %s',
+    ]
 
 
 def ledger_lookup_sql(schema: str, n_keys: int) -> str:

@@ -17,6 +17,8 @@ from s3rs_assets.types import SourceColumn
 
 #: the load ledger, one per warehouse schema (see ledger.py)
 LEDGER_TABLE = "s3rs_load_ledger"
+#: what s3rs last left in each target: its identity and whether it held rows (ledger.py)
+STATE_TABLE = "s3rs_target_state"
 #: the session temp table COPY fills (see transaction.py)
 STAGE_TABLE = "s3rs_stage"
 #: column names s3rs uses in its own SQL
@@ -39,8 +41,8 @@ class LoadTarget:
         where = f"load target {self.schema!r}.{self.table!r}"
         check_identifier(self.schema, f"{where}: schema")
         check_identifier(self.table, f"{where}: table")
-        if self.table == LEDGER_TABLE:
-            raise ConfigError(f"{where}: {LEDGER_TABLE} is the load ledger's name")
+        if self.table in (LEDGER_TABLE, STATE_TABLE):
+            raise ConfigError(f"{where}: {self.table} is a name s3rs keeps for itself")
         if not self.columns:
             raise ConfigError(f"{where}: no columns")
         seen: set[str] = set()

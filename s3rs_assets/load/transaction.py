@@ -17,9 +17,10 @@ One load is one transaction, whatever the dialect:
    with a cursor older or equal to a staged one, then insert per key the newest staged row
    unless the target still holds the key (it can only be newer after the delete). Loading
    a file twice, or an older window after a newer one, therefore never moves a row back;
-5. drop the staging table, commit. Serialization failures (40001, 40P01, Redshift 1023)
-   and racing-loader unique violations (23505) rerun the whole transaction, with backoff,
-   a bounded number of times.
+5. drop the staging table, record in the target-state table whether the target holds rows
+   now (ledger.py: how s3rs tells its own deletes from a TRUNCATE), commit. Serialization
+   failures (40001, 40P01, Redshift 1023) and racing-loader unique violations (23505)
+   rerun the whole transaction, with backoff, a bounded number of times.
 
 DDL (ddl.ensure_target) runs before, outside the transaction. `checkpoint=` is the one
 observer a caller gets inside the transaction: it is called with each name of CHECKPOINTS,
@@ -254,6 +255,7 @@ def _load_once(
         partition = ledger.partition_ledger(conn, target, ident, partition_key)
         result.ledger_rows = sum(partition.values())
         if settled.changed:
+            ledger.write_state(conn, target, ident, result.load_id, utcnow())
             conn.commit()
         else:
             conn.rollback()
@@ -279,6 +281,8 @@ def _load_once(
     checkpoint("after_merge")
 
     result.ledger_rows = sum(ledger.partition_ledger(conn, target, ident, partition_key).values())
+    # what this load leaves in the target: tells s3rs's own deletes from a TRUNCATE later
+    ledger.write_state(conn, target, ident, result.load_id, utcnow())
     checkpoint("before_commit")
     conn.commit()
     result.rows_staged = staged

@@ -1,0 +1,223 @@
+"""Which partitions of a table have work, decided from the sources of truth.
+
+One place answers "is there anything to do" for `s3rs sync`, `--redshift-only`, the demo
+and the watermark edits, and each fact comes from where it lives (DESIGN.md):
+
+* **backup work** — rows in MySQL past each partition's position below the safety bound,
+  found with index probes (`backup.scan`); the empty stretches are closed on the way;
+* **load work** — files of the partition manifests whose (key, md5) the warehouse's load
+  ledger does not hold *for the target as it is now* (`load.ledger_versions`: a dropped,
+  re-created or emptied target holds nothing). The watermark's copy of the ledger is never
+  asked: it is a summary, and deciding from it is how a truncated target once stayed
+  "in sync";
+* **lost files** — an unloaded manifest file that is no longer in S3 (`s3clean --force`, a
+  lifecycle rule) cannot be loaded: its partition is dropped from the record, so the next
+  backup reads its rows from MySQL again. What S3 holds is the truth for "extracted".
+
+The warehouse and S3 are asked once per table and sync, not per partition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from s3rs_assets.backup import Scan, close_empty, scan
+from s3rs_assets.config import TableConfig
+from s3rs_assets.load import ledger_versions
+from s3rs_assets.partitions import partition_keys, partitions_def, windows
+from s3rs_assets.source import check_clock, describe, safety_bound
+from s3rs_assets.watermark import FileEntry, WatermarkRecord
+
+Loaded = set[tuple[str, str]]  # (file key, md5) the warehouse ledger holds
+
+
+def first_incomplete(table: TableConfig, record: WatermarkRecord | None) -> str:
+    """The first partition the next backup reads in (the last one when all are complete)."""
+    all_windows = windows(partitions_def(table))
+    if record is None:
+        return all_windows[0][0]
+    for key, start, end in all_windows:
+        if not record.is_complete(key, start, end):
+            return key
+    return all_windows[-1][0]
+
+
+def unloaded(record: WatermarkRecord | None, loaded: Loaded) -> dict[str, list[FileEntry]]:
+    """Per partition, the manifest files the ledger does not hold (key and md5)."""
+    out: dict[str, list[FileEntry]] = {}
+    for key, state in (record.partitions if record else {}).items():
+        todo = [f for f in state.files if (f.key, f.md5) not in loaded]
+        if todo:
+            out[key] = todo
+    return out
+
+
+@dataclass
+class SyncPlan:
+    """One Dagster run: `stages` over the partition range [start, end]."""
+
+    table: TableConfig
+    stages: tuple[str, ...]
+    start: str
+    end: str
+
+
+def plan_sync(table: TableConfig, record: WatermarkRecord | None) -> SyncPlan:
+    """Both stages from the first incomplete backup partition to the newest partition."""
+    return SyncPlan(table, ("backup", "load"), first_incomplete(table, record),
+                    partition_keys(table)[-1])
+
+
+#: Partitions two runs may lie apart and still be one run. A run costs Dagster ~3 s of its
+#: own on this machine's SQLite instance, each partition in it ~50 ms (its planned and
+#: materialization events): joining across more empty partitions than this costs more
+#: than a second run.
+RUN_GAP = 64
+
+
+def group(
+    keys: list[str], index: dict[str, int], joinable: Callable[[int, int], bool]
+) -> list[tuple[str, str]]:
+    """Consecutive ranges covering `keys`; two keys share a range when at most RUN_GAP
+    partitions lie between them and `joinable(i, j)` allows reading those."""
+    ranges: list[tuple[str, str]] = []
+    ordered = sorted(set(keys), key=index.__getitem__)
+    for key in ordered:
+        if ranges:
+            first, last = ranges[-1]
+            i, j = index[last], index[key]
+            if j - i - 1 <= RUN_GAP and joinable(i, j):
+                ranges[-1] = (first, key)
+                continue
+        ranges.append((key, key))
+    return ranges
+
+
+def plan_work(
+    table: TableConfig,
+    record: WatermarkRecord | None,
+    stages: tuple[str, ...],
+    backup_work: list[str],
+    load_work: list[str],
+) -> list[SyncPlan]:
+    """The runs for the partitions with work only: cost follows the partitions holding
+    rows, not the calendar. A backup range joins two partitions only across partitions
+    that are closed (empty: read again at the cost of a probe), never across complete ones
+    holding rows (they would be recomputed); load ranges join across anything (a load
+    reads only unloaded files)."""
+    all_windows = windows(partitions_def(table))
+    index = {k: i for i, (k, _, _) in enumerate(all_windows)}
+    closed = [
+        record is not None
+        and k not in record.partitions
+        and record.closed_range(s, e) is not None
+        for k, s, e in all_windows
+    ]
+
+    def only_closed(i: int, j: int) -> bool:
+        return all(closed[i + 1 : j])
+
+    plans: list[SyncPlan] = []
+    covered: set[int] = set()
+    if "backup" in stages:
+        for first, last in group(backup_work, index, only_closed):
+            plans.append(SyncPlan(table, stages, first, last))
+            covered.update(range(index[first], index[last] + 1))
+    if "load" in stages:
+        pending = [k for k in load_work if k in index and index[k] not in covered]
+        for first, last in group(pending, index, lambda i, j: True):
+            plans.append(SyncPlan(table, ("load",), first, last))
+    return sorted(plans, key=lambda p: index[p.start])
+
+
+@dataclass
+class Prepared:
+    """What `prepare` found before any run: the runs to launch and what needed none."""
+
+    plans: list[SyncPlan]
+    closed: int  # empty partitions closed without a run
+    probes: int
+    bound: datetime | None
+    #: partitions whose unloaded files had vanished from S3: dropped from the record, read
+    #: again by the backup (or, with --redshift-only, waiting for one)
+    lost: dict[str, list[str]] = field(default_factory=dict)
+    #: file versions the warehouse ledger holds for the target as it is now
+    loaded_files: int = 0
+
+
+def lost_files(
+    s3: Any, table: TableConfig, pending: dict[str, list[FileEntry]]
+) -> dict[str, list[str]]:
+    """Of the unloaded files, those S3 no longer holds (one listing per partition)."""
+    client = s3.client()
+    lost: dict[str, list[str]] = {}
+    for partition, files in pending.items():
+        prefix = s3.layout.data_partition(table.schema, table.table, partition)
+        there: set[str] = set()
+        for page in client.get_paginator("list_objects_v2").paginate(
+            Bucket=s3.bucket, Prefix=prefix
+        ):
+            there.update(o["Key"] for o in page.get("Contents", []))
+        gone = [f.key for f in files if f.key not in there]
+        if gone:
+            lost[partition] = gone
+    return lost
+
+
+def forget_lost(store: Any, table: str, lost: dict[str, list[str]]) -> WatermarkRecord:
+    """Drop the partitions that lost unloaded files from the record (compare-and-swap):
+    the next backup reads their windows from the start again."""
+
+    def change(rec: WatermarkRecord) -> None:
+        for key in lost:
+            state = rec.partitions.pop(key, None)
+            rec.loaded_partitions.pop(key, None)
+            if state is not None:
+                rec.reopen(state.window_start, state.window_end)
+
+    return store.update(table, change).record
+
+
+def prepare(
+    table: TableConfig,
+    mysql: Any,
+    warehouse: Any,
+    s3: Any,
+    store: Any,
+    stages: tuple[str, ...],
+) -> Prepared:
+    """Plan a table's sync from the truth: the warehouse's ledger for what is loaded (asked
+    once), S3 for what is extracted (only where files wait to be loaded), MySQL's index
+    probes for what is new below the safety bound. Empty stretches are closed without a
+    run (one watermark write) and runs are planned for the partitions with work only: a
+    table with nothing new and nothing unloaded gets no run at all.
+
+    A warehouse or MySQL that cannot be reached raises ConfigError before anything is
+    written: a sync must never report "nothing to do" over a target it could not see."""
+    record = store.read(table.name, fresh=True)
+    loaded: Loaded = set()
+    lost: dict[str, list[str]] = {}
+    if "load" in stages:
+        loaded = ledger_versions(warehouse, table.target_schema, table.target_table)
+        lost = lost_files(s3, table, unloaded(record, loaded))
+        if lost:
+            record = forget_lost(store, table.name, lost)
+    backup_work: list[str] = []
+    found = Scan([], [])
+    bound = None
+    if "backup" in stages:
+        with mysql.connection() as conn:
+            src = describe(conn, table)
+            check_clock(conn, src)  # a zone mismatch stops here, before any probe or write
+            bound = safety_bound(conn, table.lag, whole_days=src.cursor_is_date).upper
+            found = scan(conn, src, record, windows(partitions_def(table)), bound)
+        if found.empty:
+            close_empty(store, table.name, found.empty)
+            record = store.read(table.name)
+        backup_work = found.work
+    load_work = list(unloaded(record, loaded)) if "load" in stages else []
+    plans = plan_work(table, record, stages, backup_work, load_work)
+    return Prepared(plans, len(found.empty), found.probes, bound, lost, len(loaded))
