@@ -15,10 +15,10 @@ from typing import Any, TypeVar
 import dagster as dg
 
 from s3rs_assets.backup import BackupRun, PartitionRun
+from s3rs_assets.backup.extract import Extractor
 from s3rs_assets.checks import build_checks, sync_check_keys
 from s3rs_assets.config import TableConfig
 from s3rs_assets.errors import ConfigError, SourceSchemaError
-from s3rs_assets.extract import Extractor
 from s3rs_assets.io_manager import store_for
 from s3rs_assets.load_stage import build_redshift_asset, described
 from s3rs_assets.names import (

@@ -4,7 +4,7 @@ Each stage's asset returns what its run did (`stage_results.BackupOutput` / `Loa
 the backup's chunk checkpoints are already in the watermark store by then, since a crash
 may lose at most the chunk in flight) and publishes its per-partition metadata.
 `handle_output` is where a stage's run ends for the watermark: it closes that stage's side
-of the record compare-and-swap and writes the daily and session copies (`write_backups`,
+of the record compare-and-swap and writes the daily and session copies (`write_copies`,
 which checkpoints do not). `redshift_table` asks `load_input` for the files of its
 partitions: the manifests of the record, loaded exactly once through the warehouse's
 ledger. `store_for` is the one way a watermark store is built.
@@ -20,8 +20,8 @@ from s3rs_assets.names import TABLE_METADATA_KEY
 from s3rs_assets.resources import S3Resource
 from s3rs_assets.stage_results import BackupOutput, LoadOutput, save_metadata
 from s3rs_assets.watermark import FileEntry
+from s3rs_assets.watermark.store import WatermarkStore
 from s3rs_assets.watermark_eventlog import event_log_fallback
-from s3rs_assets.watermark_store import WatermarkStore
 
 # The stores of the runs this process works for, by (S3 location, run id): the steps of a
 # run (the asset, its IO manager, the failure path) share one store and so one read of
@@ -75,7 +75,7 @@ class S3RSIOManager(dg.ConfigurableIOManager):
         # the run's own store (the asset built it with the instance's event log)
         store = store_for(self.s3, context.run_id)
         result = store.update(obj.table, obj.close)
-        copies = store.write_backups(obj.table)  # the stage's end: the copies catch up
+        copies = store.write_copies(obj.table)  # the stage's end: the copies catch up
         context.add_output_metadata(save_metadata(result, copies))
 
     def load_input(self, context: dg.InputContext) -> dict[str, list[FileEntry]]:

@@ -28,8 +28,8 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from s3rs_assets.backup.extract import check_utc
 from s3rs_assets.errors import ConfigError
-from s3rs_assets.extract import check_utc
 from s3rs_assets.resources import DEFAULT_JDBC_JARS, spark_defaults, warm_up
 
 DEFAULT_PORT = 15002

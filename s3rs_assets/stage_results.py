@@ -44,8 +44,8 @@ from s3rs_assets.watermark import (
     iso,
     utcnow,
 )
-from s3rs_assets.watermark_reports import SaveInfo, UpdateResult
-from s3rs_assets.watermark_store import WatermarkStore
+from s3rs_assets.watermark.reports import SaveInfo, UpdateResult
+from s3rs_assets.watermark.store import WatermarkStore
 
 Metadata = dict[str, Any]
 
@@ -138,7 +138,7 @@ def record_failure(store: WatermarkStore, table: str, stage: str, error: Excepti
     with contextlib.suppress(Exception):  # the original error is what the operator needs
         store.update(table, mark)
     with contextlib.suppress(Exception):
-        store.write_backups(table)
+        store.write_copies(table)
 
 
 # ------------------------------------------------------------------------- metadata

@@ -14,7 +14,7 @@ from typing import Any
 import dagster as dg
 
 from s3rs_assets.names import WATERMARK_BACKUP_METADATA_KEY, WATERMARK_METADATA_KEY, stage_keys
-from s3rs_assets.watermark_store import EventLogFallback
+from s3rs_assets.watermark.store import EventLogFallback
 
 #: The load mirror: what a backup-side snapshot lacks and a whole record holds.
 LOAD_FIELDS = (

@@ -30,19 +30,9 @@ from s3rs_assets.load import ledger_versions
 from s3rs_assets.partitions import partition_keys, partitions_def, windows
 from s3rs_assets.source import check_clock, describe, safety_bound
 from s3rs_assets.watermark import FileEntry, WatermarkRecord
+from s3rs_assets.watermark.edits import first_incomplete
 
 Loaded = set[tuple[str, str]]  # (file key, md5) the warehouse ledger holds
-
-
-def first_incomplete(table: TableConfig, record: WatermarkRecord | None) -> str:
-    """The first partition the next backup reads in (the last one when all are complete)."""
-    all_windows = windows(partitions_def(table))
-    if record is None:
-        return all_windows[0][0]
-    for key, start, end in all_windows:
-        if not record.is_complete(key, start, end):
-            return key
-    return all_windows[-1][0]
 
 
 def unloaded(record: WatermarkRecord | None, loaded: Loaded) -> dict[str, list[FileEntry]]:

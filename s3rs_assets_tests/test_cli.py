@@ -205,7 +205,7 @@ def seed(stack: Stack, table: str = "cli_wm", put: bool = True):
 
     store = stack.store
     record = store.update(name, change).record
-    store.write_backups(name)  # as at a run's end
+    store.write_copies(name)  # as at a run's end
     return record
 
 

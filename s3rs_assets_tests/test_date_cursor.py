@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from s3rs_assets.backup import BackupRun
-from s3rs_assets.extract import Extractor
+from s3rs_assets.backup.extract import Extractor
 from s3rs_assets.io_manager import store_for
 from s3rs_assets.partitions import partitions_def, windows
 from s3rs_assets.resources import MySQLResource

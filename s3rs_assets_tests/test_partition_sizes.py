@@ -15,7 +15,7 @@ import pytest
 from s3rs_assets.io_manager import store_for
 from s3rs_assets.partitions import key_for, partitions_def, window, windows
 from s3rs_assets.watermark import WatermarkRecord
-from s3rs_assets.watermark_edit import apply_set
+from s3rs_assets.watermark.edits import apply_set
 from s3rs_assets_tests.helpers import make_ties_table, table_cfg
 from s3rs_assets_tests.test_backup import _ids, _run
 

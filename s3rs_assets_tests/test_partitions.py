@@ -22,7 +22,7 @@ from s3rs_assets.io_manager import store_for
 from s3rs_assets.partitions import key_for, partitions_def, window, windows
 from s3rs_assets.source import safety_bound
 from s3rs_assets.watermark import WatermarkRecord
-from s3rs_assets.watermark_edit import apply_set
+from s3rs_assets.watermark.edits import apply_set
 from s3rs_assets_tests.helpers import resources, sync, table_cfg
 
 # zone -> (spring day, first skipped hour, autumn day, first repeated hour)

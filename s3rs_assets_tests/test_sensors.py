@@ -136,7 +136,7 @@ def write_record(store, cfg, conn, *, complete=(), partial=()) -> WatermarkRecor
                 )
 
     record = store.update(cfg.name, change).record
-    store.write_backups(cfg.name)  # as at a run's end
+    store.write_copies(cfg.name)  # as at a run's end
     return record
 
 

@@ -31,8 +31,8 @@ from s3rs_assets.watermark import (
     Position,
     WatermarkRecord,
 )
-from s3rs_assets.watermark_reports import UpdateResult
-from s3rs_assets.watermark_store import EventLogFallback, WatermarkStore
+from s3rs_assets.watermark.reports import UpdateResult
+from s3rs_assets.watermark.store import EventLogFallback, WatermarkStore
 
 T = "sales.orders"
 PREFIX = "s3rs"
@@ -172,7 +172,7 @@ def store(s3_resource) -> WatermarkStore:
 def run(store: WatermarkStore, table: str, *changes: Any) -> UpdateResult:
     """What a run does: a checkpoint per change, then the backups at its end."""
     results = [store.update(table, change) for change in changes]
-    store.write_backups(table)
+    store.write_copies(table)
     return results[-1]
 
 
@@ -185,7 +185,7 @@ def saved(store: WatermarkStore) -> WatermarkRecord:
 # ------------------------------------------------------------------------ saving
 
 
-def test_update_writes_the_primary_and_write_backups_copies_it(store, s3_client, bucket):
+def test_update_writes_the_primary_and_write_copies_copies_it(store, s3_client, bucket):
     result = store.update(T, add_chunk("2025-01-01", 5))
     rec, info = result.record, result.save
     assert result.recovery is None
@@ -198,7 +198,7 @@ def test_update_writes_the_primary_and_write_backups_copies_it(store, s3_client,
     assert not exists(s3_client, bucket, keys["daily"])  # backups wait for the run's end
     assert not exists(s3_client, bucket, keys["session"])
 
-    backups = store.write_backups(T)
+    backups = store.write_copies(T)
     assert backups.written == {"daily": keys["daily"], "session": keys["session"]}
     assert backups.failed == {} and backups.etag == info.etag
     bodies = {loc: body_of(s3_client, bucket, k) for loc, k in keys.items()}
@@ -224,7 +224,7 @@ def test_backup_write_failure_is_logged_and_reported_not_fatal(bucket, s3_client
     fault = Inject(store.client, "/backups/sessions/", status=500, code="InternalError", times=None)
     rec = store.update(T, add_chunk("2025-01-01", 5)).record
     with caplog.at_level(logging.ERROR, logger="s3rs.watermark"):
-        backups = store.write_backups(T)
+        backups = store.write_copies(T)
     assert fault.injected == 2  # botocore's attempts, no retry loop of ours on top
     assert set(backups.written) == {"daily"}
     assert "InternalError" in backups.failed["session"]
@@ -234,23 +234,23 @@ def test_backup_write_failure_is_logged_and_reported_not_fatal(bucket, s3_client
     assert not exists(s3_client, bucket, session_key(T))
 
 
-def test_write_backups_reads_a_primary_it_has_not_seen_and_skips_a_new_table(
+def test_write_copies_reads_a_primary_it_has_not_seen_and_skips_a_new_table(
     s3_resource, store, saved, s3_client, bucket
 ):
     other = make_store(s3_resource, "run-b")
-    backups = other.write_backups(T)
+    backups = other.write_copies(T)
     assert backups.written["session"] == session_key(T, "run-b")
     assert body_of(s3_client, bucket, session_key(T, "run-b")) == body_of(
         s3_client, bucket, primary()
     )
-    assert other.write_backups("sales.never_synced").written == {}
+    assert other.write_copies("sales.never_synced").written == {}
 
 
 def test_session_id_defaults_to_a_timestamp(s3_resource):
     store = make_store(s3_resource, session=None)
     assert store.session_id[:8] == f"{datetime.now(UTC):%Y%m%d}"
     store.update(T, add_chunk("2025-01-01", 1))
-    backups = store.write_backups(T)
+    backups = store.write_copies(T)
     assert backups.written["session"].endswith(f"/sessions/{store.session_id}/{T}.json")
 
 
@@ -723,7 +723,7 @@ def test_updates_of_a_run_cost_one_read_then_one_put_each(s3_resource, s3_client
     assert store.read(T) == result.record  # from memory
     assert len(calls.seen) == 1 + n
 
-    backups = store.write_backups(T)  # the run's end
+    backups = store.write_copies(T)  # the run's end
     assert calls.count("PutObject", "/backups/daily/") == 1
     assert calls.count("PutObject", "/backups/sessions/run-b/") == 1
     assert len(calls.seen) == 1 + n + 2
@@ -747,7 +747,7 @@ def test_a_brand_new_table_is_probed_once_and_backed_up_at_the_end(store, s3_cli
     assert calls.count("ListObjectsV2") == 2  # daily and session backups
     assert calls.count("PutObject", "/tables/") == 3 and len(calls.seen) == 7
     assert not exists(s3_client, bucket, daily())
-    store.write_backups(T)
+    store.write_copies(T)
     assert body_of(s3_client, bucket, daily()) == body_of(s3_client, bucket, primary())
     assert body_of(s3_client, bucket, session_key(T)) == body_of(s3_client, bucket, primary())
 
@@ -851,9 +851,9 @@ def test_record_check_directly():
 # ------------------------------------------------------------ status and cleanup
 
 
-def test_backup_status_reports_every_location(s3_resource, store, saved, s3_client, bucket):
+def test_copy_status_reports_every_location(s3_resource, store, saved, s3_client, bucket):
     run(make_store(s3_resource, session="run-b"), T, add_chunk("2025-01-02", 1))
-    st = store.backup_status(T)
+    st = store.copy_status(T)
     assert st["healthy"] is True
     assert st["primary"]["present"] and st["primary"]["valid"]
     assert st["primary"]["last_mysql_data_timestamp"] == "2025-01-02T01:00:00.000000"
@@ -864,12 +864,12 @@ def test_backup_status_reports_every_location(s3_resource, store, saved, s3_clie
     json.dumps(st)  # fit for Dagster metadata
 
     s3_client.put_object(Bucket=bucket, Key=primary(), Body=b"[]")
-    st = store.backup_status(T)
+    st = store.copy_status(T)
     assert st["primary"]["present"] and not st["primary"]["valid"]
     assert "not a JSON object" in st["primary"]["error"]
     assert st["healthy"] is False
     s3_client.delete_object(Bucket=bucket, Key=primary())
-    assert store.backup_status(T)["primary"]["present"] is False
+    assert store.copy_status(T)["primary"]["present"] is False
 
 
 def test_list_tables(s3_resource, store, s3_client, bucket):
@@ -899,7 +899,7 @@ def test_cleanup_keeps_newest_valid_copy_per_table_even_when_all_are_old(
     }
 
     later = datetime.now(UTC) + timedelta(days=30)
-    report = store.cleanup_backups(days_to_keep=7, now=later)
+    report = store.cleanup_copies(days_to_keep=7, now=later)
     left = all_keys(s3_client, bucket)
     assert report.kept_newest[T] == session_key(T, "run-2")
     # run-3's save wrote its daily and session copies with the same body: either is newest
@@ -918,16 +918,16 @@ def test_cleanup_keeps_newest_valid_copy_per_table_even_when_all_are_old(
 def test_cleanup_dry_run_deletes_nothing(s3_resource, store, s3_client, bucket):
     _three_sessions(s3_resource, bucket, T)
     before = all_keys(s3_client, bucket)
-    report = store.cleanup_backups(7, dry_run=True, now=datetime.now(UTC) + timedelta(days=30))
+    report = store.cleanup_copies(7, dry_run=True, now=datetime.now(UTC) + timedelta(days=30))
     assert report.dry_run and len(report.deleted) == 3  # 1 daily + 3 sessions, newest kept
     assert all_keys(s3_client, bucket) == before
 
 
 def test_cleanup_keeps_recent_backups_and_refuses_bad_days(store, saved, s3_client, bucket):
     before = all_keys(s3_client, bucket)
-    report = store.cleanup_backups(7)
+    report = store.cleanup_copies(7)
     assert report.deleted == [] and report.kept_recent == 2
     assert all_keys(s3_client, bucket) == before
     for bad in (-1, 1.5, True):
         with pytest.raises(ConfigError, match="days_to_keep"):
-            store.cleanup_backups(bad)
+            store.cleanup_copies(bad)

@@ -2,7 +2,7 @@
 
 One module per command group: `sync`, `watermark`, `s3` (s3clean), `tables`, `verify`,
 `reconcile`; `common` holds what they share. The logic lives beside the data it changes
-(`runner`, `watermark_edit`, `s3clean`, `verify`, `reconcile`): these modules parse, call
+(`runner`, `watermark.edits`, `s3clean`, `verify`, `reconcile`): these modules parse, call
 and print.
 
 Sensors and this CLI never start Spark themselves; `s3rs sync` launches Dagster runs, and

@@ -31,7 +31,7 @@ from s3rs_assets.cli.common import (
 from s3rs_assets.config import TableConfig
 from s3rs_assets.errors import S3rsError
 from s3rs_assets.progress import SYNC_TAG, SyncMonitor, failure_reasons, run_retries
-from s3rs_assets.watermark_edit import fmt as _fmt
+from s3rs_assets.watermark.edits import fmt as _fmt
 
 OK, FAILED, UNUSABLE = 0, 1, 2
 

@@ -1,7 +1,7 @@
 """`s3rs watermark get|set|reset|list|backup-status|cleanup-backups`.
 
-Thin: the edits and the compare-and-swap guard are in `watermark_edit`, storage in
-`watermark_store`; this module parses, asks, prints. Manual changes are compare-and-swap
+Thin: the edits and the compare-and-swap guard are in `watermark.edits`, storage in
+`watermark.store`; this module parses, asks, prints. Manual changes are compare-and-swap
 updates of the record that was shown: a run writing the same table meanwhile makes the
 command fail (exit 2) instead of mixing the two, and later runs only move the cursors
 forward from where `set` put them.
@@ -17,7 +17,6 @@ from typing import Any
 
 import click
 
-from s3rs_assets import watermark_edit
 from s3rs_assets.cli.common import (
     _dump,
     _source_now,
@@ -32,15 +31,15 @@ from s3rs_assets.errors import ConfigError, S3rsError
 from s3rs_assets.load import clear_ledger, ledger_versions
 from s3rs_assets.partitions import partition_keys, partitions_def, window
 from s3rs_assets.times import TIMESTAMP_HELP, parse_timestamp_syntax, resolve_timestamp
-from s3rs_assets.watermark import WatermarkRecord, iso, utcnow
-from s3rs_assets.watermark_edit import (
+from s3rs_assets.watermark import WatermarkRecord, edits, iso, utcnow
+from s3rs_assets.watermark.edits import (
     MANUAL_STRATEGY,
     apply_reset,
     apply_set,
     closed_summary,
     next_start,
 )
-from s3rs_assets.watermark_edit import fmt as _fmt
+from s3rs_assets.watermark.edits import fmt as _fmt
 
 
 @click.group()
@@ -164,11 +163,11 @@ def _manual_change(
     also: tuple[list[str], Callable[[], str]] | None = None,
 ) -> None:
     """Show before -> after, confirm, then apply `change` compare-and-swap
-    (watermark_edit.commit refuses if the record moved since it was shown). `also` is a
+    (edits.commit refuses if the record moved since it was shown). `also` is a
     change outside the record (its description lines, and the call that makes it after the
     record is saved)."""
     store = _store()
-    mc = watermark_edit.preview(store, table, change, now=now, create=create)
+    mc = edits.preview(store, table, change, now=now, create=create)
     extra, act = also if also else ([], None)
     echo(title)
     if mc is None and not extra:
@@ -187,7 +186,7 @@ def _manual_change(
         return
     if not yes:
         click.confirm("Apply this change?", abort=True, err=True)
-    saved = watermark_edit.commit(store, mc, now=now) if mc and mc.diff else None
+    saved = edits.commit(store, mc, now=now) if mc and mc.diff else None
     if act is not None:
         echo(act())
     if saved is not None:
@@ -402,7 +401,7 @@ def _age(seconds: int | None) -> str:
 def watermark_backup_status(name: str, as_json: bool) -> None:
     """Primary, daily and session copies of a table's watermark: present, valid, current."""
     table = _table(name)
-    status = _store().backup_status(table.name)
+    status = _store().copy_status(table.name)
     if as_json:
         _dump(status)
         return
@@ -436,7 +435,7 @@ def watermark_backup_status(name: str, as_json: bool) -> None:
 @friendly_errors
 def watermark_cleanup_backups(days_to_keep: int, dry_run: bool, as_json: bool) -> None:
     """Delete old watermark backups (never a primary, never a table's newest valid copy)."""
-    report = _store().cleanup_backups(days_to_keep, dry_run=dry_run)
+    report = _store().cleanup_copies(days_to_keep, dry_run=dry_run)
     if as_json:
         _dump({**report.as_metadata(), "keys": report.deleted})
         return

@@ -54,9 +54,9 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from s3rs_assets.backup.extract import upload_parquet
 from s3rs_assets.connections import WarehouseConnection
 from s3rs_assets.errors import IntegrityError
-from s3rs_assets.extract import upload_parquet
 from s3rs_assets.layout import REPAIR_DIR
 from s3rs_assets.load import LoadTarget
 from s3rs_assets.reconcile.diff import Difference, DiffResult

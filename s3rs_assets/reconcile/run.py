@@ -45,7 +45,7 @@ from s3rs_assets.reconcile.sql import (
 )
 from s3rs_assets.source import describe, safety_bound
 from s3rs_assets.watermark import ReconcileRepair, ReconcileState, WatermarkRecord, utcnow
-from s3rs_assets.watermark_store import WatermarkStore
+from s3rs_assets.watermark.store import WatermarkStore
 
 if TYPE_CHECKING:  # any object with the same calls: connections.py's connectors too
     from s3rs_assets.resources import MySQLResource, S3Resource

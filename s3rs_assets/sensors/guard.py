@@ -33,8 +33,8 @@ from s3rs_assets.source import (
     server_now,
 )
 from s3rs_assets.watermark import iso
-from s3rs_assets.watermark_reports import RecoveryReport
-from s3rs_assets.watermark_store import WatermarkStore
+from s3rs_assets.watermark.reports import RecoveryReport
+from s3rs_assets.watermark.store import WatermarkStore
 
 
 @dataclass

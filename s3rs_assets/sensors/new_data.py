@@ -47,7 +47,7 @@ from s3rs_assets.source import (
     safety_bound,
 )
 from s3rs_assets.watermark import PartitionState, Position, WatermarkRecord, iso
-from s3rs_assets.watermark_store import WatermarkStore
+from s3rs_assets.watermark.store import WatermarkStore
 
 
 @dataclass

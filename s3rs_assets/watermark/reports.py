@@ -1,5 +1,5 @@
 """What the watermark store's operations did, as values: returned by `update()`,
-`recover()` and `cleanup_backups()` and shown as Dagster metadata (`as_metadata()`)."""
+`recover()` and `cleanup_copies()` and shown as Dagster metadata (`as_metadata()`)."""
 
 from __future__ import annotations
 

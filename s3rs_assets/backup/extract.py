@@ -1,7 +1,7 @@
 """Stage 1's Spark side: read sub-ranges of the (cursor, pk) keyset and write parquet to S3.
 
 `Extractor.read(items)` runs one Spark job for a batch of items (sub-ranges of one or more
-partitions, planned by `backup.py`). Each item is read by a Spark task (connectorx inside
+partitions, planned by `backup/run.py`). Each item is read by a Spark task (connectorx inside
 the task, or Spark's JDBC source with one predicate per item) and written as one parquet
 object straight to S3 (pyarrow + boto3, Content-MD5 checked by S3), under a key that
 depends only on (table, partition, sub-range start): a re-read item overwrites its own

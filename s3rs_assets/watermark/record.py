@@ -41,8 +41,7 @@ from pydantic import (
 )
 
 from s3rs_assets.errors import WatermarkError
-
-SCHEMA_VERSION = 2
+from s3rs_assets.watermark.migrations import SCHEMA_VERSION, migrate
 
 # A stored cursor may be at most this far ahead of the source clock (clock jitter); beyond
 # it the record would skip rows not yet written, so it is invalid.
@@ -449,46 +448,6 @@ class WatermarkRecord(_Model):
 def _naive(ts: datetime) -> datetime:
     """Aware timestamps (old documents end in 'Z') compare as naive UTC."""
     return ts if ts.tzinfo is None else ts.astimezone(UTC).replace(tzinfo=None)
-
-
-def migrate(raw: dict[str, Any]) -> dict[str, Any]:
-    """Bring an older document up to SCHEMA_VERSION; refuse one from a newer s3rs."""
-    version = raw.get("schema_version")
-    if version is None:
-        # The old system's documents carried no version; they are version-1 compatible
-        # except for what they lack, which the defaults fill.
-        raw = {**raw, "schema_version": 1}
-        version = 1
-    if not isinstance(version, int) or version < 1:
-        raise WatermarkError(f"watermark schema_version {version!r} is invalid")
-    if version > SCHEMA_VERSION:
-        raise WatermarkError(
-            f"watermark schema_version {version} is newer than this s3rs understands "
-            f"({SCHEMA_VERSION}); upgrade s3rs"
-        )
-    if version == 1:
-        raw = _v1_to_v2(raw)
-    return raw
-
-
-def _v1_to_v2(raw: dict[str, Any]) -> dict[str, Any]:
-    """Version 2 keeps complete empty partitions as closed ranges instead of entries."""
-    parts = raw.get("partitions")
-    if not isinstance(parts, dict):
-        return {**raw, "schema_version": 2}
-    kept, empty = {}, []
-    for key, p in parts.items():
-        if isinstance(p, dict) and p.get("status") == "complete" and not p.get("files"):
-            empty.append((p.get("window_start"), p.get("window_end")))
-        else:
-            kept[key] = p
-    closed: list[dict[str, Any]] = []
-    for start, end in sorted(e for e in empty if all(isinstance(v, str) for v in e)):
-        if closed and closed[-1]["end"] >= start:
-            closed[-1]["end"] = max(closed[-1]["end"], end)
-        else:
-            closed.append({"start": start, "end": end})
-    return {**raw, "schema_version": 2, "partitions": kept, "closed": closed}
 
 
 # --------------------------------------------------------------------------- reconcile

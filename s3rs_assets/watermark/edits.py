@@ -19,10 +19,21 @@ from s3rs_assets.config import TableConfig
 from s3rs_assets.errors import WatermarkConflict
 from s3rs_assets.partitions import partitions_def, window, windows
 from s3rs_assets.watermark import PartitionState, Position, WatermarkRecord, iso, utcnow
-from s3rs_assets.work import first_incomplete
 
 #: `backup_strategy` of a record a person set or reset by hand.
 MANUAL_STRATEGY = "manual_cli"
+
+
+def first_incomplete(table: TableConfig, record: WatermarkRecord | None) -> str:
+    """The first partition the next backup reads in (the last one when all are complete):
+    where `s3rs sync` starts, and what `watermark get` and `set` show."""
+    all_windows = windows(partitions_def(table))
+    if record is None:
+        return all_windows[0][0]
+    for key, start, end in all_windows:
+        if not record.is_complete(key, start, end):
+            return key
+    return all_windows[-1][0]
 
 
 def fmt(ts: datetime | None) -> str:
@@ -263,5 +274,5 @@ def commit(store: Any, mc: ManualChange, *, now: datetime | None = None) -> Wate
         mc.change(rec)
 
     saved = store.update(name, guarded, now=now).record
-    store.write_backups(name)
+    store.write_copies(name)
     return saved

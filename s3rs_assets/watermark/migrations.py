@@ -1,0 +1,54 @@
+"""Bringing records written by an older s3rs up to `SCHEMA_VERSION` (and refusing newer).
+
+Version 1 kept one entry per partition, empty ones included; version 2 keeps complete
+empty stretches as closed ranges. Documents of the old system carry no version and read as
+version 1. Bump `SCHEMA_VERSION` on any incompatible change, with a step here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from s3rs_assets.errors import WatermarkError
+
+SCHEMA_VERSION = 2
+
+
+def migrate(raw: dict[str, Any]) -> dict[str, Any]:
+    """Bring an older document up to SCHEMA_VERSION; refuse one from a newer s3rs."""
+    version = raw.get("schema_version")
+    if version is None:
+        # The old system's documents carried no version; they are version-1 compatible
+        # except for what they lack, which the defaults fill.
+        raw = {**raw, "schema_version": 1}
+        version = 1
+    if not isinstance(version, int) or version < 1:
+        raise WatermarkError(f"watermark schema_version {version!r} is invalid")
+    if version > SCHEMA_VERSION:
+        raise WatermarkError(
+            f"watermark schema_version {version} is newer than this s3rs understands "
+            f"({SCHEMA_VERSION}); upgrade s3rs"
+        )
+    if version == 1:
+        raw = _v1_to_v2(raw)
+    return raw
+
+
+def _v1_to_v2(raw: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 keeps complete empty partitions as closed ranges instead of entries."""
+    parts = raw.get("partitions")
+    if not isinstance(parts, dict):
+        return {**raw, "schema_version": 2}
+    kept, empty = {}, []
+    for key, p in parts.items():
+        if isinstance(p, dict) and p.get("status") == "complete" and not p.get("files"):
+            empty.append((p.get("window_start"), p.get("window_end")))
+        else:
+            kept[key] = p
+    closed: list[dict[str, Any]] = []
+    for start, end in sorted(e for e in empty if all(isinstance(v, str) for v in e)):
+        if closed and closed[-1]["end"] >= start:
+            closed[-1]["end"] = max(closed[-1]["end"], end)
+        else:
+            closed.append({"start": start, "end": end})
+    return {**raw, "schema_version": 2, "partitions": kept, "closed": closed}
