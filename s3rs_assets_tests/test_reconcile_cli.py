@@ -101,7 +101,7 @@ def test_bad_input_exits_2_and_changes_nothing(env, cli):
 def test_without_apply_nothing_is_written_anywhere(env, cli):
     """Issue 16 item 8: a reconcile without --apply rewrote the primary record."""
     table, target = _make(env, "int", n=60, deletes="soft")
-    env.store().write_backups(table.name)
+    env.store().write_copies(table.name)
     w, p = _pg_where("int", 7)
     env.pg(f'DELETE FROM "{target.schema}"."{target.table}" WHERE {w}', p)
     env.mysql_exec(f"DELETE FROM `{table.table}` WHERE id = 9")  # extra, soft deletes
