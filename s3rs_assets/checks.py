@@ -269,11 +269,10 @@ def build_reconcile_check(table: TableConfig) -> dg.AssetChecksDefinition:
             table, mysql, warehouse, s3, store, options, log=context.log.info
         )
         counts = report.counts()
-        left = sum(report.plan.skipped.values()) if report.plan else report.total
         repaired = report.repaired() if report.plan else {}
         doc = report.as_json(full=False)
         return dg.AssetCheckResult(
-            passed=left == 0,
+            passed=report.ok(),
             severity=dg.AssetCheckSeverity.WARN,
             description=", ".join(f"{counts[k]} {k}" for k in KINDS)
             + (f"; repaired {repaired}" if repaired else ""),
@@ -287,6 +286,10 @@ def build_reconcile_check(table: TableConfig) -> dg.AssetChecksDefinition:
                 "seconds": dg.MetadataValue.float(round(report.timings.get("total", 0.0), 3)),
                 "examples": dg.MetadataValue.json(doc["examples"]),
                 **({"repaired": dg.MetadataValue.json(repaired)} if repaired else {}),
+                **({"not_repaired": dg.MetadataValue.json(report.unrepaired)}
+                   if report.unrepaired else {}),
+                **({"not_yet": dg.MetadataValue.json(report.not_yet())}
+                   if report.not_yet() else {}),
             },
         )
 

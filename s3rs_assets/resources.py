@@ -23,10 +23,10 @@ from pydantic import Field, PrivateAttr
 from s3rs_assets import logs
 from s3rs_assets.clock import PIN_SQL, SESSION_TIME_ZONE
 from s3rs_assets.config import DatabaseURL
+from s3rs_assets.connections import MySQLConnector
 from s3rs_assets.errors import ConfigError
 from s3rs_assets.layout import Layout
 from s3rs_assets.retry import MYSQL_BACKOFF, Backoff, Retries, call, is_transient
-from s3rs_assets.ssh import PASSPHRASE_ENV, SSHSettings, tunnel_for
 
 T = TypeVar("T")
 
@@ -75,62 +75,32 @@ class MySQLResource(RedactedURL, dg.ConfigurableResource):
         "(unknown or mismatched keys are refused).",
     )
 
+    def connector(self) -> MySQLConnector:
+        """The plain connector (connections.py) with this resource's settings."""
+        return MySQLConnector(
+            url=self.url,
+            connect_timeout=self.connect_timeout,
+            read_timeout=self.read_timeout,
+            ssh_host=self.ssh_host,
+            ssh_user=self.ssh_user,
+            ssh_key_file=self.ssh_key_file,
+            ssh_known_hosts=self.ssh_known_hosts,
+        )
+
     @property
     def parsed(self) -> DatabaseURL:
-        return DatabaseURL.parse(
-            self.url, env="S3RS_MYSQL_URL", schemes=("mysql", "mariadb"), default_port=3306
-        )
+        return self.connector().parsed
 
     def ssh_settings(self) -> Any:
         """The tunnel's settings (fields first, then S3RS_SSH_* variables), or None."""
-        if self.ssh_host:
-            return SSHSettings.build(
-                self.ssh_host,
-                self.ssh_user,
-                self.ssh_key_file,
-                self.ssh_known_hosts,
-                os.environ.get(PASSPHRASE_ENV),
-            )
-        return SSHSettings.from_env()
+        return self.connector().ssh_settings()
 
     def endpoint(self) -> tuple[str, int]:
-        """Where to connect: the URL's host, or the local end of the SSH tunnel (re-opened
-        here when it dropped since the last call)."""
-        p = self.parsed
-        settings = self.ssh_settings()
-        if settings is None:
-            return p.host, p.port
-        tunnel = tunnel_for(settings, p.host, p.port, timeout=self.connect_timeout)
-        return "127.0.0.1", tunnel.local_port
+        """Where to connect: the URL's host, or the local end of the SSH tunnel."""
+        return self.connector().endpoint()
 
     def connect(self) -> pymysql.connections.Connection:
-        p = self.parsed
-        via = ""
-        for attempt in (1, 2):
-            host, port = self.endpoint()
-            if host != p.host or port != p.port:
-                via = " through the SSH tunnel"
-            try:
-                return pymysql.connect(
-                    host=host,
-                    port=port,
-                    user=p.user,
-                    password=p.password,
-                    database=p.database or None,
-                    charset="utf8mb4",
-                    autocommit=True,
-                    connect_timeout=self.connect_timeout,
-                    read_timeout=self.read_timeout,
-                    init_command=PIN_SQL,  # clock.py: UTC, whatever the server's default
-                )
-            except pymysql.err.OperationalError as e:
-                if via and attempt == 1:
-                    continue  # the tunnel may have dropped just now: endpoint() re-opens it
-                # pymysql messages carry user and host, never the password.
-                raise ConfigError(
-                    f"cannot connect to MySQL at {p.redacted()}{via}: {e.args[-1]}"
-                ) from None
-        raise AssertionError("unreachable")
+        return self.connector().connect()
 
     @contextmanager
     def connection(self) -> Iterator[pymysql.connections.Connection]:

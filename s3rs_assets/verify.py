@@ -25,14 +25,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from s3rs_assets.config import TableConfig
+from s3rs_assets.connections import Dialect
 from s3rs_assets.errors import ConfigError
 from s3rs_assets.identifiers import mysql_quote, mysql_table, pg_quote, pg_table, split_qualified
 from s3rs_assets.load import LoadTarget
 from s3rs_assets.types import TEMPORAL, SourceColumn, column_type, invalid_date
-from s3rs_assets.warehouse import Dialect, WarehouseResource
+
+if TYPE_CHECKING:
+    from s3rs_assets.warehouse import WarehouseResource
 
 #: partitions per query (one CASE branch each)
 BATCH = 100

@@ -38,7 +38,8 @@ W = TableSQL("redshift", "dw", "orders", T, "key", soft_deletes=True)
 def test_redshift_checksum_of_an_interval_split():
     sp = split(Segment(lo=0, hi=100), 4)
     assert W.split_checksums(sp, "B") == (
-        'SELECT LEAST(GREATEST(("id" - %s) / %s, 0), %s) AS "s3rs_child", COUNT(*), '
+        'SELECT LEAST(GREATEST((CAST("id" AS BIGINT) - %s) / %s, 0), %s) AS "s3rs_child", '
+        "COUNT(*), "
         f"COALESCE(CAST(SUM({HASH}) AS DECIMAL(38,0)), 0) "
         f'FROM "dw"."orders" WHERE 1 = 1 AND {SCOPE} GROUP BY 1',
         [1, 25, 3, "B"],
@@ -108,10 +109,12 @@ def test_redshift_delete_and_soft_delete_merge():
 def test_mysql_checksum_uses_div_and_the_same_canonical_text():
     m = TableSQL("mysql", "shop", "orders", T, "all")
     sql, params = m.split_checksums(split(Segment(lo=0, hi=100), 4), "B")
-    assert sql.startswith('SELECT LEAST(GREATEST((`id` - %s) DIV %s, 0), %s) AS `s3rs_child`')
+    assert sql.startswith(
+        "SELECT LEAST(GREATEST((GREATEST(`id`, %s) - %s) DIV %s, 0), %s) AS `s3rs_child`"
+    )
     code = "CONVERT(`code` USING utf8mb4)"
     assert f"CONCAT(LENGTH({code}), ':', {code})" in sql
-    assert "`_s3rs_deleted_at`" not in sql and params == [1, 25, 3, "B"]
+    assert "`_s3rs_deleted_at`" not in sql and params == [1, 1, 25, 3, "B"]
 
 
 def test_splitting_the_key_space():
@@ -131,18 +134,32 @@ def test_splitting_the_key_space():
 
 
 def test_redshift_arithmetic_hash_for_an_integer_key_and_a_time_cursor():
+    """hashing.py's products of (digit + offset) modulo 2^31-1, as Redshift receives them:
+    three digits of the BIGINT key, two of the cursor's microseconds (NULL: -2^57)."""
     one = LoadTarget("dw", "orders", [COLS[0], COLS[2]], ("id",), "update_at", "shop.orders")
     w = TableSQL("redshift", "dw", "orders", one, "key")
-    assert w.arithmetic and not W.arithmetic  # W has a composite key
+    assert w.arithmetic and W.arithmetic is False  # W's key has a VARCHAR column
     assert not TableSQL("redshift", "dw", "orders", one, "all").arithmetic
-    k = 'CAST(MOD("id", 2147483647) AS BIGINT)'
-    m = (
-        "MOD(COALESCE(DATEDIFF(microsecond, CAST('1970-01-01' AS TIMESTAMP), \"update_at\"), "
-        "-1), 2147483647)"
-    )
-    x = f"MOD({k} * 48271 + {m}, 2147483647)"
-    y = f"MOD({k} * 69621 + {m} * 16807 + 1, 2147483647)"
-    assert w.row_hash() == (
-        f"CAST((MOD({x} * {x}, 2147483647) + 2147483648 * MOD({y} * {y}, 2147483647)) "
-        "AS DECIMAL(38,0))"
+    sec = "DATEDIFF(second, CAST('1970-01-01' AS TIMESTAMP), \"update_at\")"
+    us = "DATEDIFF(microsecond, DATE_TRUNC('second', \"update_at\"), \"update_at\")"
+    digits = [
+        'MOD("id", 536870912)',
+        'MOD(("id" / 536870912), 536870912)',
+        '(("id" / 288230376151711744))',
+        f"COALESCE(MOD({sec}, 512) * 1000000 + {us}, 0)",
+        f"COALESCE({sec} / 512, -268435456)",
+    ]
+    offsets = [[1043823035, 983985458, 924147881, 864310304, 804472727],
+               [1550815661, 1490978084, 1431140507, 1371302930, 1311465353]]
+    parts = []
+    for j in range(2):
+        h = f"({digits[0]} + CAST({offsets[j][0]} AS BIGINT))"
+        for d, t in zip(digits[1:], offsets[j][1:], strict=True):
+            h = f"MOD({h} * ({d} + {t}), 2147483647)"
+        parts.append(h)
+    assert w.row_hash() == f"CAST(({parts[0]} + 2147483648 * {parts[1]}) AS DECIMAL(38,0))"
+    sp = split(Segment(lo=-(2**63) - 1, hi=2**63 - 1), 4)  # a span past BIGINT: in DECIMAL
+    assert w.child_index(sp) == (
+        'LEAST(GREATEST(FLOOR((CAST("id" AS DECIMAL(20,0)) - %s) / %s), 0), %s)',
+        [-(2**63), 2**62, 3],
     )

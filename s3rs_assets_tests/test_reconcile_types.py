@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from s3rs_assets.reconcile.sql import TableSQL
 from s3rs_assets.verify import mysql_field, warehouse_field
 from s3rs_assets_tests.reconcile_fixtures import Env, copy_to_warehouse, make_env, new_table
 
@@ -92,41 +91,4 @@ def test_type_prints_alike_and_hashes_alike(env, mysql_type):
         report = env.reconcile(cfg, columns=columns, threshold=2)
         assert report.total == 0, (columns, report.as_json()["differences"])
 
-
-#: key type -> keys; cursor type -> cursor values (NULL and a zero date added)
-ARITH_KEYS = {
-    "bigint": ["-9223372036854775808", "9223372036854775807", "-1", "0", "2147483647"],
-    "bigint unsigned": ["18446744073709551615", "0", "2147483648"],
-    "int": ["-2147483648", "2147483647", "5"],
-}
-ARITH_CURSORS = {
-    "datetime(6)": ["'1960-05-01 00:00:00.5'", "'9999-12-31 23:59:59.999999'",
-                    "'2024-03-10 02:30:00.000001'", "'1970-01-01 00:00:00'"],
-    "timestamp(6)": ["'2024-03-10 02:30:00.123456'", "'1970-01-02 00:00:00'"],
-    "date": ["'1000-01-01'", "'2024-02-29'", "'9999-12-31'"],
-}
-
-
-@pytest.mark.parametrize("cursor_type", list(ARITH_CURSORS))
-@pytest.mark.parametrize("key_type", list(ARITH_KEYS))
-def test_arithmetic_key_hash_is_the_same_number_on_both_sides(env, key_type, cursor_type):
-    """Key mode on an integer key and a date/time cursor sums integers, not MD5s: the
-    same number per row in MySQL and PostgreSQL, at the ends of every range."""
-    env.mysql_exec("SET SESSION sql_mode = ''")  # a zero date below
-    cfg = new_table(env, f"id {key_type} NOT NULL PRIMARY KEY, update_at {cursor_type} NULL")
-    cursors = [*ARITH_CURSORS[cursor_type], "NULL", "0"]
-    for i, key in enumerate(ARITH_KEYS[key_type]):
-        env.mysql_exec(
-            f"INSERT INTO `{cfg.table}` VALUES ({key}, {cursors[i % len(cursors)]})"
-        )
-    target = copy_to_warehouse(env, cfg)
-    mside = TableSQL("mysql", cfg.schema, cfg.table, target, "key")
-    wside = TableSQL("postgres", target.schema, target.table, target, "key")
-    assert mside.arithmetic and wside.arithmetic
-    mine = env.mysql_exec(f"SELECT CAST(id AS CHAR), {mside.row_hash()} FROM `{cfg.table}`")
-    theirs = env.pg(
-        f'SELECT CAST(id AS VARCHAR), {wside.row_hash()} '
-        f'FROM "{target.schema}"."{target.table}"'
-    )
-    assert {k: int(h) for k, h in mine} == {k: int(h) for k, h in theirs}
-    assert len(mine) == len(ARITH_KEYS[key_type])
+# The arithmetic key-mode hash, type by type: test_reconcile_hash.py

@@ -99,7 +99,7 @@ def test_sentinel_appears_nowhere(stack, sentinel_env, monkeypatch):
     bad_wh = sentinel_env["S3RS_REDSHIFT_URL"].replace(":5432/", ":1/")
     monkeypatch.setenv("S3RS_MYSQL_URL", bad_mysql)
     run("set-down", "watermark", "set", "-t", name, "--timestamp", "1d", "--yes", code=2)
-    run("sync-down", "sync", "-t", name, "--backup-only", code=1)
+    run("sync-down", "sync", "-t", name, "--backup-only", code=2)  # MySQL unreachable: nothing ran
     monkeypatch.setenv("S3RS_MYSQL_URL", sentinel_env["S3RS_MYSQL_URL"])
     monkeypatch.setenv("S3RS_REDSHIFT_URL", bad_wh)
     run("verify-down", "verify", "-t", name, code=2)

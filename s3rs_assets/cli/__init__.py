@@ -30,6 +30,7 @@ setting, and later runs only move the cursors forward from where `set` put them.
 
 from __future__ import annotations
 
+import importlib
 import os
 import warnings
 
@@ -37,19 +38,35 @@ import click
 
 from s3rs_assets import logs
 from s3rs_assets.cli import local_env
-from s3rs_assets.cli.reconcile import reconcile
-from s3rs_assets.cli.s3 import s3clean
-from s3rs_assets.cli.spark import spark
-from s3rs_assets.cli.sync import sync
-from s3rs_assets.cli.tables import tables
-from s3rs_assets.cli.verify import verify
-from s3rs_assets.cli.watermark import watermark
 from s3rs_assets.errors import S3rsError
 
 __all__ = ["main"]
 
+#: command name -> (module, attribute): each module is imported when its command runs, so
+#: a command imports only what it needs (`reconcile` neither Dagster nor Spark)
+COMMANDS = {
+    "sync": ("s3rs_assets.cli.sync", "sync"),
+    "watermark": ("s3rs_assets.cli.watermark", "watermark"),
+    "s3clean": ("s3rs_assets.cli.s3", "s3clean"),
+    "tables": ("s3rs_assets.cli.tables", "tables"),
+    "verify": ("s3rs_assets.cli.verify", "verify"),
+    "reconcile": ("s3rs_assets.cli.reconcile", "reconcile"),
+    "spark": ("s3rs_assets.cli.spark", "spark"),
+}
 
-@click.group()
+
+class _LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        module, attr = COMMANDS[cmd_name]
+        return getattr(importlib.import_module(module), attr)
+
+
+@click.group(cls=_LazyGroup)
 @click.option(
     "--log-format",
     type=click.Choice(logs.FORMATS),
@@ -97,6 +114,3 @@ def _quiet_known_warnings() -> None:
         "ignore", message=r"Parameter `backfill_policy` of function `asset` is currently in beta"
     )
 
-
-for _command in (sync, watermark, s3clean, tables, verify, reconcile, spark):
-    main.add_command(_command)

@@ -1,9 +1,17 @@
 """`s3rs reconcile -t T [--from KEY --to KEY] [--columns key|all] [--apply] [--json]`.
 
-Thin: it builds the resources from the environment and calls `reconcile_table`, the same
-function the `reconciled` asset check runs. Exit codes follow `s3rs`'s: 0 nothing differs
-(or, with --apply, everything found was repaired), 1 differences remain, 2 bad input or
-configuration (unknown table, --from after --to, a table never synced): nothing changed.
+Thin: it builds plain connections from the environment (connections.py: no Dagster, no
+Spark is imported by this command) and calls `reconcile_table`, the same function the
+`reconciled` asset check runs. Without `--apply` it only reads: nothing is
+written anywhere. Exit codes follow `s3rs`'s:
+
+* 0: nothing differs, or `--apply` repaired everything it found (differences MySQL changed
+  during the pass are "not yet": shown apart, left for the next sync or pass);
+* 1: differences found without `--apply`; with `--apply`, keys still different after the
+  repair without a stated reason (named), differences over `--max-repairs`, or a repair
+  that stopped after it began to write (the next `--apply` finishes it);
+* 2: bad input, configuration or connection (unknown table or column, --from after --to,
+  a table never synced, a refused login, an unreachable database or S3): nothing changed.
 
 `--json` prints one stable document (`reconcile.REPORT_VERSION`): counts per kind,
 timings, example keys, and the full list of differences; benchmarks read it.
@@ -14,21 +22,26 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+from typing import Any
 
 import click
 
-from s3rs_assets.cli.common import _mysql, _s3, _warehouse, echo
+from s3rs_assets import logs
 from s3rs_assets.config import find_table, load_tables
+from s3rs_assets.connections import mysql_from_env, s3_from_env, warehouse_from_env
 from s3rs_assets.errors import S3rsError
-from s3rs_assets.io_manager import store_for
 from s3rs_assets.reconcile import KINDS, ReconcileOptions, ReconcileReport, reconcile_table
-from s3rs_assets.resources import MySQLResource, S3Resource
+from s3rs_assets.reconcile.run import RepairIncomplete
 from s3rs_assets.waiting import waiting_now
-from s3rs_assets.warehouse import WarehouseResource
 
 
-def _resources() -> tuple[MySQLResource, WarehouseResource, S3Resource]:
-    return _mysql(), _warehouse(), _s3()
+def echo(text: str = "", err: bool = False, **style: Any) -> None:
+    """click.echo through the redactor (as cli.common's, without importing Dagster)."""
+    text = logs.redact(text)
+    if style:
+        click.secho(text, err=err, **style)
+    else:
+        click.echo(text, err=err)
 
 
 def render(report: ReconcileReport) -> list[str]:
@@ -59,8 +72,19 @@ def render(report: ReconcileReport) -> list[str]:
         lines.append(
             f"  repaired: {rep['upserted']:,} row(s) re-read from MySQL, {rep['deleted']:,} "
             f"deleted, {rep['soft_deleted']:,} soft-deleted"
-            + (f"; left for the next pass: {report.plan.skipped}" if report.plan.skipped else "")
         )
+        not_yet = report.not_yet()
+        if not_yet:
+            lines.append(f"  not yet (MySQL changed them during the pass; the next sync or "
+                         f"pass sees them): {not_yet}")
+        if report.plan.over_cap():
+            lines.append(f"  NOT repaired: {report.plan.over_cap():,} difference(s) over "
+                         "--max-repairs: run --apply again")
+        if report.unrepaired:
+            shown = ", ".join(report.unrepaired[: report.examples or 10])
+            more = " ..." if len(report.unrepaired) > (report.examples or 10) else ""
+            lines.append(f"  NOT repaired: {len(report.unrepaired):,} key(s) still differ "
+                         f"after the repair: {shown}{more}")
     for r in report.resumed:
         lines.append(
             f"  finished the pending repair {r.file} "
@@ -68,6 +92,8 @@ def render(report: ReconcileReport) -> list[str]:
         )
     if report.pending:
         lines.append(f"  a repair is pending ({report.pending}): run with --apply to finish it")
+    for note in report.notes:
+        lines.append(f"  note: {note}")
     return lines
 
 
@@ -99,6 +125,13 @@ def render(report: ReconcileReport) -> list[str]:
     help="Connections per database.",
 )
 @click.option("--examples", type=click.IntRange(min=0), default=10, show_default=True)
+@click.option(
+    "--max-repairs",
+    type=click.IntRange(min=1),
+    default=100_000,
+    show_default=True,
+    help="Differences one --apply repairs at most (the rest: run again).",
+)
 def reconcile(
     name: str,
     from_key: int | None,
@@ -109,6 +142,7 @@ def reconcile(
     threshold: int,
     workers: int,
     examples: int,
+    max_repairs: int,
 ) -> None:
     """Compare a table in MySQL and the warehouse by primary key; --apply repairs it.
 
@@ -125,18 +159,28 @@ def reconcile(
             threshold=threshold,
             workers=workers,
             examples=examples,
+            max_repairs=max_repairs,
         )
         options.check(table.name)
-        mysql, warehouse, s3 = _resources()
+        mysql, warehouse, s3 = mysql_from_env(), warehouse_from_env(), s3_from_env()
+        warehouse.check()
+        store = None
+        if apply:  # the watermark store (Dagster's event log as its last recovery source)
+            from s3rs_assets.io_manager import store_for
+
+            store = store_for(s3)  # type: ignore[arg-type]
         report = reconcile_table(
             table,
-            mysql,
-            warehouse,
-            s3,
-            store_for(s3),
+            mysql,  # type: ignore[arg-type]
+            warehouse,  # type: ignore[arg-type]
+            s3,  # type: ignore[arg-type]
+            store,
             options,
             log=lambda m: None if as_json else echo(m, err=True),
         )
+    except RepairIncomplete as e:
+        echo(f"error: {e}", err=True, fg="red")
+        sys.exit(1)
     except S3rsError as e:
         echo(f"error: {e}", err=True, fg="red")
         sys.exit(2)
@@ -151,8 +195,5 @@ def reconcile(
     else:
         for line in render(report) + (later.lines() if later else []):
             echo(line)
-    remaining = (
-        report.total if not apply else sum(report.plan.skipped.values() if report.plan else [])
-    )
-    if remaining:
+    if not report.ok():
         sys.exit(1)

@@ -14,12 +14,40 @@ recorded in the ledger in one transaction, and the ledger speaks only for the ta
 exists now, so it never claims a file whose rows are not in the target.
 """
 
-from s3rs_assets.load.copy_postgres import ValueTooLongError
-from s3rs_assets.load.ddl import ensure_target
-from s3rs_assets.load.ledger import clear as clear_ledger
-from s3rs_assets.load.ledger import ledger_files, ledger_versions
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from s3rs_assets.load.target import LEDGER_TABLE, LoadTarget
-from s3rs_assets.load.transaction import CHECKPOINTS, LoadError, LoadResult, load_files
+
+if TYPE_CHECKING:
+    from s3rs_assets.load.copy_postgres import ValueTooLongError
+    from s3rs_assets.load.ddl import ensure_target
+    from s3rs_assets.load.ledger import clear as clear_ledger
+    from s3rs_assets.load.ledger import ledger_files, ledger_versions
+    from s3rs_assets.load.transaction import CHECKPOINTS, LoadError, LoadResult, load_files
+
+#: imported on first use: the load itself (and Dagster's logger with it) is not needed by
+#: what only builds SQL or describes a target (reconcile, verify)
+_LAZY = {
+    "ValueTooLongError": ("copy_postgres", "ValueTooLongError"),
+    "ensure_target": ("ddl", "ensure_target"),
+    "clear_ledger": ("ledger", "clear"),
+    "ledger_files": ("ledger", "ledger_files"),
+    "ledger_versions": ("ledger", "ledger_versions"),
+    "CHECKPOINTS": ("transaction", "CHECKPOINTS"),
+    "LoadError": ("transaction", "LoadError"),
+    "LoadResult": ("transaction", "LoadResult"),
+    "load_files": ("transaction", "load_files"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module, attr = _LAZY[name]
+    return getattr(importlib.import_module(f"{__name__}.{module}"), attr)
 
 __all__ = [
     "CHECKPOINTS",

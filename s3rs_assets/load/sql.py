@@ -12,6 +12,7 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any, Literal
 
+from s3rs_assets.connections import Dialect
 from s3rs_assets.errors import ConfigError
 from s3rs_assets.identifiers import pg_quote, pg_table
 from s3rs_assets.load.target import (
@@ -22,7 +23,6 @@ from s3rs_assets.load.target import (
     LoadTarget,
 )
 from s3rs_assets.types import VARBYTE_MAX, SourceColumn, column_type
-from s3rs_assets.warehouse import Dialect
 from s3rs_assets.watermark import FileEntry
 
 #: which ledger entries a lookup reads (see `ledger_files_sql`)

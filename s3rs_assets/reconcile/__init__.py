@@ -8,11 +8,14 @@ the same exactly-once load.
 
     keys.py    key segments both databases select identically (integer intervals, MD5
                prefixes of the key's canonical text), and how a segment splits
+    hashing.py the integer-arithmetic row hash of key mode (and why it has no blind spot)
     sql.py     the SQL text, pure builders for MySQL, PostgreSQL and Redshift
     diff.py    the bisection: per-segment checksums, then leaf rows compared by key
-    repair.py  re-read by key, the repair file, its load with deletes in the same
-               transaction
-    run.py     one pass over one table (`reconcile_table`), its report and record
+    repair.py  re-read by key, the repair file (new per pass), its load with deletes in
+               the same transaction, the check of every repaired key afterwards
+    report.py  what a pass is asked (options) and answers (report, exit decision, JSON)
+    run.py     one pass over one table (`reconcile_table`) and its record; without
+               `apply` a pass writes nothing anywhere
 
 The `reconciled` asset check and the optional schedules are in `s3rs_assets.checks`.
 
@@ -23,12 +26,8 @@ did not touch the cursor, at the price of reading every column.
 """
 
 from s3rs_assets.reconcile.diff import KINDS, Difference, DiffResult
-from s3rs_assets.reconcile.run import (
-    REPORT_VERSION,
-    ReconcileOptions,
-    ReconcileReport,
-    reconcile_table,
-)
+from s3rs_assets.reconcile.report import REPORT_VERSION, ReconcileOptions, ReconcileReport
+from s3rs_assets.reconcile.run import reconcile_table
 
 __all__ = [
     "KINDS",

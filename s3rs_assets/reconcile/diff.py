@@ -1,9 +1,10 @@
 """Find the rows that differ between MySQL and the warehouse, by bisection of key segments.
 
 1. The root split: the key space (keys.py) is cut into about `rows / threshold` children
-   and each side returns (rows, sum of row hashes) per child in ONE scan (GROUP BY the
-   child's number). Identical tables cost exactly this: one checksum scan per side, the
-   two sides running at the same time.
+   and each side returns (rows, sum of row hashes) per child in one scan per connection
+   (GROUP BY the child's number; an integer key range is cut into `workers` sub-ranges
+   first, so both databases use every connection from the start). Identical tables cost
+   exactly this: one checksum pass over each side, the two sides at the same time.
 2. Each child whose count or checksum differ is split again (about `rows / threshold`
    children, one range scan of the child per side), until a child holds at most
    `threshold` rows on both sides (or cannot be split: a single key).
@@ -28,12 +29,14 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from s3rs_assets.reconcile.keys import Segment, Split, split
 from s3rs_assets.reconcile.sql import Query, TableSQL
-from s3rs_assets.resources import MySQLResource
-from s3rs_assets.warehouse import WarehouseResource
+
+if TYPE_CHECKING:  # any object with their connect(): connections.py's connectors too
+    from s3rs_assets.resources import MySQLResource
+    from s3rs_assets.warehouse import WarehouseResource
 
 Kind = Literal["missing", "extra", "differs"]
 KINDS: tuple[Kind, ...] = ("missing", "extra", "differs")
@@ -182,8 +185,7 @@ class Differ:
                 ThreadPoolExecutor(self.workers, thread_name_prefix="s3rs-rc-wh") as wpool,
             ):
                 self._mpool, self._wpool = mpool, wpool
-                parts = math.ceil(max(estimated_rows, 1) / self.threshold)
-                frontier: list[tuple[Split, bool]] = [(split(root, min(MAX_PARTS, parts)), True)]
+                frontier = self._first_level(root, estimated_rows)
                 while frontier:
                     res.levels += 1
                     leaves, to_split = self._level(frontier)
@@ -198,6 +200,18 @@ class Differ:
         res.differences.sort(key=lambda d: (d.kind, d.key_text))
         res.seconds = time.monotonic() - t0
         return res
+
+    def _first_level(self, root: Segment, estimated_rows: int) -> list[tuple[Split, bool]]:
+        """The root's children, about `rows / threshold` of them. An integer key range is
+        cut first into `workers` sub-ranges, one checksum query each, so every connection
+        of both sides works from the start (MySQL and the warehouse each use one core per
+        query); MD5 prefixes are never cut there (each query would scan the whole table)."""
+        parts = math.ceil(max(estimated_rows, 1) / self.threshold)
+        if self.workers == 1 or not root.can_split_interval() or parts < 2 * self.workers:
+            return [(split(root, min(MAX_PARTS, parts)), True)]
+        top = split(root, self.workers)
+        each = min(MAX_PARTS, math.ceil(parts / top.count))
+        return [(split(top.child(label), each), True) for label in top.labels()]
 
     def _level(
         self, splits: list[tuple[Split, bool]]

@@ -1,146 +1,68 @@
 """One reconcile pass over one table: validate, (finish a pending repair), diff, repair,
-record. What `s3rs reconcile`, the `reconciled` asset check and the schedule all call.
+confirm, record. What `s3rs reconcile`, the `reconciled` asset check and the schedule all
+call.
 
-Bad input changes nothing: the table, options, MySQL table, watermark (a table never
-synced has none) and warehouse target are all checked before the first write.
+Bad input changes nothing: the table, options, MySQL table and warehouse target are all
+checked before the first write (a `ConfigError`, exit 2).
+
+A pass without `apply` only reads: it writes nothing anywhere (no S3 object, no watermark
+record, no warehouse statement other than SELECT). It reads the primary watermark record
+as it is, without the store's recovery (which would write), only to tell of a pending
+repair. With `apply`, the record's reconcile section gets the pending repair, the loaded
+repair and the pass's summary; an error after the first write is a `RepairIncomplete`.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any, Literal
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+from botocore.exceptions import BotoCoreError, ClientError
 
 from s3rs_assets.config import TableConfig
-from s3rs_assets.errors import ConfigError
+from s3rs_assets.errors import ConfigError, S3rsError
 from s3rs_assets.load import LoadTarget
-from s3rs_assets.reconcile.diff import KINDS, Differ, DiffResult
+from s3rs_assets.reconcile.diff import KINDS, Differ
 from s3rs_assets.reconcile.keys import restrict, root
 from s3rs_assets.reconcile.repair import (
-    RepairPlan,
     RepairResult,
-    describe_examples,
+    confirm,
     load_repair,
+    new_pass_id,
     plan_repair,
     read_keys,
     write_repair_file,
 )
+from s3rs_assets.reconcile.report import REPORT_VERSION, ReconcileOptions, ReconcileReport
 from s3rs_assets.reconcile.sql import (
     DELETED_AT,
     TableSQL,
     add_deleted_at_sql,
     first_key_is_integer,
 )
-from s3rs_assets.resources import MySQLResource, S3Resource
 from s3rs_assets.source import describe, safety_bound
-from s3rs_assets.warehouse import WarehouseResource
 from s3rs_assets.watermark import ReconcileRepair, ReconcileState, WatermarkRecord, utcnow
 from s3rs_assets.watermark.store import WatermarkStore
 
-#: JSON document version of `ReconcileReport.as_json` (bump on incompatible change)
-REPORT_VERSION = 1
+if TYPE_CHECKING:  # any object with the same calls: connections.py's connectors too
+    from s3rs_assets.resources import MySQLResource, S3Resource
+    from s3rs_assets.warehouse import WarehouseResource
+
+__all__ = ["REPORT_VERSION", "ReconcileOptions", "ReconcileReport", "RepairIncomplete",
+           "reconcile_table"]
+
+#: reads a read-only pass does beside the diff (the watermark record)
+_BACKGROUND = ThreadPoolExecutor(2, thread_name_prefix="s3rs-rc-peek")
 #: loaded repair files the record keeps
 REPAIRS_KEPT = 50
 
 
-@dataclass(frozen=True)
-class ReconcileOptions:
-    columns: Literal["key", "all"] = "key"
-    apply: bool = False
-    from_key: int | None = None
-    to_key: int | None = None
-    threshold: int = 256
-    workers: int = 2
-    examples: int = 10
-    max_repairs: int = 100_000
-
-    def check(self, table: str) -> None:
-        if self.columns not in ("key", "all"):
-            raise ConfigError(f"{table}: --columns must be 'key' or 'all', not {self.columns!r}")
-        if (
-            self.from_key is not None
-            and self.to_key is not None
-            and self.from_key > self.to_key
-        ):
-            raise ConfigError(f"{table}: --from {self.from_key} is after --to {self.to_key}")
-        for name, v, lo in (("threshold", self.threshold, 1), ("workers", self.workers, 1),
-                            ("max_repairs", self.max_repairs, 1), ("examples", self.examples, 0)):
-            if not isinstance(v, int) or v < lo:
-                raise ConfigError(f"{table}: {name} must be an integer >= {lo}, not {v!r}")
-
-
-@dataclass
-class ReconcileReport:
-    table: str
-    target: str
-    dialect: str
-    columns: str
-    applied: bool
-    bound: datetime
-    diff: DiffResult
-    examples: int = 10
-    plan: RepairPlan | None = None
-    repairs: list[RepairResult] = field(default_factory=list)
-    resumed: list[RepairResult] = field(default_factory=list)
-    pending: str | None = None  # a repair left pending by a crashed run (not applied now)
-    timings: dict[str, float] = field(default_factory=dict)
-
-    def counts(self) -> dict[str, int]:
-        return {k: self.diff.count(k) for k in KINDS}
-
-    @property
-    def total(self) -> int:
-        return len(self.diff.differences)
-
-    def repaired(self) -> dict[str, int]:
-        r = self.repairs
-        return {
-            "upserted": sum(x.upserts for x in r if x.loaded),
-            "deleted": sum(x.deletes for x in r if x.loaded and not x.soft),
-            "soft_deleted": sum(x.rows_soft_deleted for x in r if x.loaded),
-        }
-
-    def as_json(self, *, full: bool = True) -> dict[str, Any]:
-        """The stable document `s3rs reconcile --json` prints (REPORT_VERSION)."""
-        d = self.diff
-        doc: dict[str, Any] = {
-            "version": REPORT_VERSION,
-            "table": self.table,
-            "target": self.target,
-            "dialect": self.dialect,
-            "columns": self.columns,
-            "applied": self.applied,
-            "safety_bound": self.bound.isoformat(timespec="microseconds"),
-            "counts": self.counts(),
-            "total_differences": self.total,
-            "mysql_rows": d.mysql_rows,
-            "warehouse_rows": d.warehouse_rows,
-            "ranges_compared": d.segments_compared,
-            "leaves_fetched": d.leaves_fetched,
-            "rows_fetched": d.rows_fetched,
-            "levels": d.levels,
-            "queries": d.queries,
-            "examples": describe_examples(d.differences, self.examples),
-            "timings": {k: round(v, 3) for k, v in self.timings.items()},
-            "pending_repair": self.pending,
-        }
-        if full:
-            doc["differences"] = [x.as_json() for x in d.differences]
-        if self.plan is not None:
-            doc["repair"] = {
-                "planned_upserts": self.plan.upserts,
-                "planned_deletes": self.plan.deletes,
-                "skipped": dict(self.plan.skipped),
-                **self.repaired(),
-                "files": [r.file for r in self.repairs],
-            }
-        if self.resumed:
-            doc["resumed_repairs"] = [
-                {"file": r.file, "loaded_now": r.loaded} for r in self.resumed
-            ]
-        return doc
+class RepairIncomplete(S3rsError):
+    """`--apply` failed after its first write (a repair file, the pending record, the
+    load): what was written is recorded as pending, and the next `--apply` finishes it."""
 
 
 def _warehouse_columns(warehouse: WarehouseResource, target: LoadTarget) -> set[str] | None:
@@ -165,30 +87,67 @@ def reconcile_table(
     mysql: MySQLResource,
     warehouse: WarehouseResource,
     s3: S3Resource,
-    store: WatermarkStore,
+    store: WatermarkStore | None,
     options: ReconcileOptions,
     *,
     checkpoint: Callable[[str], None] | None = None,
     log: Callable[[str], None] | None = None,
 ) -> ReconcileReport:
-    """Compare (and with `options.apply`, repair) `table`; record the pass in its
-    watermark's reconcile section. `checkpoint(name)` is called at "after_diff",
-    "after_repair_file", "after_pending", inside the load (load.CHECKPOINTS) and at
-    "after_load" (committed, not yet recorded); what it raises stops the pass there."""
+    """Compare (and with `options.apply`, repair) `table`; with `apply`, record the pass in
+    its watermark's reconcile section (without, nothing is written: module docstring).
+    `checkpoint(name)` is called at "after_diff", "after_repair_file", "after_pending",
+    inside the load (load.CHECKPOINTS) and at "after_load" (committed, not yet recorded);
+    what it raises stops the pass there."""
     say = log or (lambda _m: None)
     observe = checkpoint or (lambda _n: None)
     t0 = time.monotonic()
     options.check(table.name)
-    p = _validate(table, mysql, warehouse, store, options)
-    p.timings["validate"] = time.monotonic() - t0
-    resumed = _finish_pending(p, s3, options, say, observe)
-    report, sides = _diff(p, mysql, options, resumed, say)
-    observe("after_diff")
-    if options.apply and report.diff.differences:
-        _repair(p, mysql, s3, options, report, sides, observe)
-    p.timings["total"] = time.monotonic() - t0
-    _record_run(store, table.name, report)
-    return report
+    p: _Pass | None = None
+    peek: Future | None = None
+    try:
+        if not options.apply:  # the record only tells of a pending repair: read it meanwhile
+            peek = _BACKGROUND.submit(_peek_record, s3, table.name)
+        p = _validate(table, mysql, warehouse, store, options)
+        p.timings["validate"] = time.monotonic() - t0
+        if peek is not None:
+            report, _ = _diff(p, mysql, options, [], say)
+            observe("after_diff")
+            record, notes = peek.result()
+            state = record.reconcile if record else None
+            report.pending = state.pending.file.key if state and state.pending else None
+            report.notes += notes
+            p.timings["total"] = time.monotonic() - t0
+            return report
+        resumed = _finish_pending(p, s3, options, say, observe)
+        report, sides = _diff(p, mysql, options, resumed, say)
+        report.pass_id = new_pass_id()
+        observe("after_diff")
+        if report.diff.differences:
+            _repair(p, mysql, s3, options, report, sides, observe)
+        p.timings["total"] = time.monotonic() - t0
+        assert store is not None  # _validate refused --apply without it
+        _record_run(store, table.name, report)
+        return report
+    except Exception as e:
+        if not isinstance(e, S3rsError) and not _service_error(e):
+            raise  # a bug, or a test's injected crash: as it is
+        what = str(e) if isinstance(e, S3rsError) else f"{type(e).__name__}: {e}"
+        if p is not None and p.wrote:
+            raise RepairIncomplete(
+                f"{table.name}: reconcile --apply stopped after it began to write: {what}; "
+                "run `s3rs reconcile --apply` again: it finishes the pending repair (if one "
+                "was recorded) and repairs what is left"
+            ) from e
+        if isinstance(e, S3rsError):
+            raise
+        raise ConfigError(f"{table.name}: {what}; nothing was changed") from None
+
+
+def _service_error(e: BaseException) -> bool:
+    """An error of a database driver or of S3 (a connection refused or lost, a privilege
+    missing, a statement refused): the service's answer, not a bug of ours."""
+    return type(e).__module__.split(".")[0] in ("pymysql", "psycopg", "redshift_connector",
+                                                "botocore")
 
 
 @dataclass
@@ -197,16 +156,25 @@ class _Pass:
 
     table: TableConfig
     warehouse: WarehouseResource
-    store: WatermarkStore
+    store: WatermarkStore | None  # None: a read-only pass, which never writes the record
     target: LoadTarget
     integer_key: bool
-    record: WatermarkRecord
+    record: WatermarkRecord | None
     soft_col: bool  # the warehouse table has DELETED_AT
     date_cursor: bool  # the bound is rounded down to whole days
     timings: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    wrote: bool = False  # the pass has begun to write (S3, the record or the warehouse)
+
+    @property
+    def records(self) -> WatermarkStore:
+        """The store an --apply pass writes its reconcile section through."""
+        assert self.store is not None  # _validate refused --apply without one
+        return self.store
 
     def ensure_deleted_at(self) -> None:
         if not self.soft_col:
+            self.wrote = True
             _add_deleted_at(self.warehouse, self.target)
             self.soft_col = True
 
@@ -215,7 +183,7 @@ def _validate(
     table: TableConfig,
     mysql: MySQLResource,
     warehouse: WarehouseResource,
-    store: WatermarkStore,
+    store: WatermarkStore | None,
     options: ReconcileOptions,
 ) -> _Pass:
     """Everything a pass needs, or a ConfigError naming what is missing (nothing changed)."""
@@ -230,18 +198,22 @@ def _validate(
             f"{table.name}: --from/--to need an integer first primary-key column; "
             f"{first!r} is {kind}"
         )
-    record = store.read(table.name)
-    if record is None:
-        raise ConfigError(
-            f"{table.name} has never been synced (no watermark): run `s3rs sync -t "
-            f"{table.name}` first; nothing was compared"
-        )
+    record: WatermarkRecord | None = None  # read-only: peeked at in the background
+    if options.apply:
+        if store is None:
+            raise ConfigError(f"{table.name}: --apply needs the watermark store")
+        record = store.read(table.name)
+        if record is None:
+            raise ConfigError(
+                f"{table.name} has never been synced (no watermark): run `s3rs sync -t "
+                f"{table.name}` first; nothing was compared"
+            )
     have = _warehouse_columns(warehouse, target)
     if have is None:
         raise ConfigError(
-            f"{table.name}: the warehouse table {target.qualified} does not exist "
-            f"({warehouse.redacted()}): the table has never been loaded; run `s3rs sync -t "
-            f"{table.name}` first; nothing was compared"
+            f"{table.name} has never been synced: the warehouse table {target.qualified} "
+            f"does not exist ({warehouse.redacted()}); run `s3rs sync -t {table.name}` "
+            "first; nothing was compared"
         )
     lacking = [c.name for c in target.columns if _fold(c.name, warehouse.dialect) not in have]
     if lacking:
@@ -255,6 +227,35 @@ def _validate(
     )
 
 
+def _peek_record(s3: S3Resource, table: str) -> tuple[WatermarkRecord | None, list[str]]:
+    """The primary record as S3 holds it (or None) and notes: a read that never writes (the
+    store's `read` restores a missing or invalid primary from its copies, a write)."""
+    notes: list[str] = []
+    key = s3.layout.watermark_primary(table)
+    try:
+        body = s3.client().get_object(Bucket=s3.bucket, Key=key)["Body"].read()
+    except ClientError as e:
+        if e.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NotFound"):
+            notes.append(f"no watermark record at s3://{s3.bucket}/{key} (not recovered: "
+                         "reconcile without --apply writes nothing)")
+            return None, notes
+        raise ConfigError(
+            f"{table}: cannot read its watermark record s3://{s3.bucket}/{key}: {e}; "
+            "nothing was compared"
+        ) from None
+    except BotoCoreError as e:
+        raise ConfigError(
+            f"{table}: cannot reach S3 to read s3://{s3.bucket}/{key}: {e}; nothing was "
+            "compared"
+        ) from None
+    try:
+        return WatermarkRecord.from_json(body, table_name=table), notes
+    except Exception as e:  # noqa: BLE001 - an invalid record only loses the pending note
+        notes.append(f"the watermark record s3://{s3.bucket}/{key} is not valid ({e}); "
+                     "not recovered: reconcile without --apply writes nothing")
+        return None, notes
+
+
 def _finish_pending(
     p: _Pass,
     s3: S3Resource,
@@ -263,17 +264,18 @@ def _finish_pending(
     observe: Callable[[str], None],
 ) -> list[RepairResult]:
     """Load the repair a crashed pass recorded as pending (only with --apply)."""
-    state = p.record.reconcile
+    state = p.record.reconcile if p.record else None
     pending = state.pending if state else None
     if pending is None or not options.apply:
         return []
     say(f"{p.table.name}: finishing the pending repair {pending.file.key}")
+    p.wrote = True
     keys = read_keys(s3, pending.file)
     if pending.soft:
         p.ensure_deleted_at()
     res = load_repair(p.warehouse, s3, p.target, pending, keys, checkpoint=observe)
     observe("after_load")
-    _record_loaded(p.store, p.table.name, pending)
+    _record_loaded(p.records, p.table.name, pending)
     return [res]
 
 
@@ -306,7 +308,7 @@ def _diff(
         f"rows below {bound.isoformat()} compared in {p.timings['diff']:.2f}s: "
         + ", ".join(f"{n} {k}" for k, n in ((k, diff.count(k)) for k in KINDS))
     )
-    state = p.record.reconcile
+    state = p.record.reconcile if p.record else None
     pending = state.pending if state and not resumed else None
     report = ReconcileReport(
         table=table.name,
@@ -320,6 +322,7 @@ def _diff(
         resumed=resumed,
         pending=pending.file.key if pending else None,
         timings=p.timings,
+        notes=p.notes,
     )
     return report, (mside, wside)
 
@@ -334,7 +337,8 @@ def _repair(
     observe: Callable[[str], None],
 ) -> None:
     """Confirm the differences at a fresh read, write them as a repair file, record it as
-    pending, load it through the ledger, record it loaded: a crash anywhere repeats nothing."""
+    pending, load it through the ledger, record it loaded, look the keys up again: a crash
+    anywhere repeats nothing."""
     t2 = time.monotonic()
     mside, wside = sides
     bound = report.bound
@@ -349,20 +353,28 @@ def _repair(
         p.ensure_deleted_at()
     t3 = time.monotonic()
     table = p.table
-    entry = write_repair_file(s3, (table.schema, table.table), p.target, plan, bound)
+    p.wrote = True
+    entry = write_repair_file(
+        s3, (table.schema, table.table), p.target, plan, bound, report.pass_id
+    )
     observe("after_repair_file")
     repair = ReconcileRepair(
         file=entry, upserts=plan.upserts, deletes=plan.deletes, soft=soft, bound=bound
     )
-    _record_pending(p.store, table.name, repair)
+    _record_pending(p.records, table.name, repair)
     observe("after_pending")
     keys = read_keys(s3, entry)
     report.repairs.append(
         load_repair(p.warehouse, s3, p.target, repair, keys, checkpoint=observe)
     )
     observe("after_load")
-    _record_loaded(p.store, table.name, repair)
+    _record_loaded(p.records, table.name, repair)
     p.timings["repair"] = time.monotonic() - t3
+    t4 = time.monotonic()
+    wside = replace(wside, soft_deletes=p.soft_col)  # the column may be new: scope follows
+    with mysql.connect() as conn, p.warehouse.connection(autocommit=True) as wconn:
+        report.after_repair = confirm(conn, wconn, mside, wside, plan, bound)
+    p.timings["after_repair_check"] = time.monotonic() - t4
 
 
 def _add_deleted_at(warehouse: WarehouseResource, target: LoadTarget) -> None:

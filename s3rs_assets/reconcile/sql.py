@@ -24,6 +24,7 @@ from typing import Any, Literal
 from s3rs_assets.identifiers import mysql_quote, mysql_table, pg_quote, pg_table
 from s3rs_assets.load import LoadTarget
 from s3rs_assets.load.sql import warehouse_type
+from s3rs_assets.reconcile import hashing
 from s3rs_assets.reconcile.keys import INTEGER_TYPES, Segment, Split
 from s3rs_assets.types import SPATIAL, TEMPORAL, SourceColumn, invalid_date
 from s3rs_assets.verify import mysql_field, mysql_row_hash, warehouse_field, warehouse_row_hash
@@ -36,8 +37,6 @@ DELETED_AT = "_s3rs_deleted_at"
 KEYS_TABLE = "s3rs_reconcile_keys"
 #: keys per lookup statement
 KEY_BATCH = 500
-#: the prime modulus (2^31-1) of the arithmetic row hash
-M31 = 2147483647
 
 Query = tuple[str, list[Any]]
 
@@ -108,37 +107,101 @@ class TableSQL:
 
     @property
     def arithmetic(self) -> bool:
-        """Key mode on one integer key column and a date/time cursor (the common shape)
-        hashes with integer arithmetic instead of MD5 over text: no per-row formatting,
-        about twice as fast on both sides, the same numbers on each."""
+        """Key mode on integer key columns (one or several) and a date/time cursor hashes
+        with integer arithmetic instead of MD5 over text: no per-row formatting, the same
+        numbers on each side. See `s3rs_assets.reconcile.hashing` for why it has no blind
+        spot."""
         t = self.target
         return (
             self.columns == "key"
-            and len(t.primary_key) == 1
-            and first_key_is_integer(t)
-            and self._col(t.cursor).data_type in ("datetime", "timestamp", "date")
+            and all(_integer_digits(self._col(k)) for k in t.primary_key)
+            and self._col(t.cursor).data_type in TEMPORAL
+            and len(self._digits()) <= hashing.MAX_DIGITS
         )
 
-    def _arithmetic_hash(self) -> str:
-        """A 62-bit row hash from (key, cursor in microseconds since 1970): two quadratic
-        residues modulo the prime 2^31-1, so that sums of them catch moved cursors and
-        swapped rows (a linear sum would not). Every intermediate value stays below 2^63
-        in BIGINT; negative keys and cursors before 1970 give the same (negative) MOD on
-        all three databases; a NULL (or zero-date) cursor counts as -1."""
-        c = self.q(self.target.cursor)
-        if self.side == "mysql":
-            key = f"CAST(MOD({self.first_key}, {M31}) AS SIGNED)"  # BIGINT UNSIGNED too
-            micros = f"TIMESTAMPDIFF(MICROSECOND, '1970-01-01', {c})"
+    def _digits(self, parts: dict[str, str] | None = None) -> list[str]:
+        """The row's digits as SQL: each key column's, then the cursor's (hashing.py).
+        `parts` names columns of a subquery holding `cursor_parts()` (computed once per
+        row); by default the parts are computed in place."""
+        out: list[str] = []
+        for k in self.target.primary_key:
+            col = self._col(k)
+            out += [self._int_digit(self.q(k), col, i) for i in range(_integer_digits(col))]
+        p = parts or self.cursor_parts()
+        if "days" in p:
+            return [*out, f"COALESCE({p['days']}, {hashing.NULL_DAYS})"]
+        s, b = p["s"], hashing.SECONDS_BLOCK
+        low = f"MOD({s}, {b}) * 1000000" + (f" + {p['us']}" if "us" in p else "")
+        div = f"{s} DIV {b}" if self.mysql else f"{s} / {b}"
+        return [*out, f"COALESCE({low}, 0)", f"COALESCE({div}, {hashing.NULL_DAYS})"]
+
+    def cursor_parts(self) -> dict[str, str]:
+        """The cursor as integers: whole days since 1970 (DATE), or whole seconds since
+        1970 (`s`, floor) and microseconds (`us`, when the type has a fraction); NULL for a
+        NULL or zero(-in)-date cursor. The cheapest exact functions of each database."""
+        col = self._col(self.target.cursor)
+        c = self.q(col.name)
+        if col.data_type == "date":
+            if self.mysql:
+                return {"days": f"(TO_DAYS({c}) - 719528)"}
+            if self.side == "postgres":
+                return {"days": f"({c} - DATE '1970-01-01')"}
+            return {"days": f"DATEDIFF(day, CAST('1970-01-01' AS DATE), {c})"}
+        fraction = "(" in col.column_type and not col.column_type.endswith("(0)")
+        if self.mysql:
+            out = {"s": f"(TO_SECONDS({c}) - 62167219200)", "us": f"MICROSECOND({c})"}
         elif self.side == "postgres":
-            key = f"CAST(MOD({self.first_key}, {M31}) AS BIGINT)"
-            micros = f"CAST(EXTRACT(EPOCH FROM {c}) * 1000000 AS BIGINT)"
+            out = {"s": f"CAST(FLOOR(EXTRACT(EPOCH FROM {c})) AS BIGINT)",
+                   "us": f"MOD(CAST(EXTRACT(MICROSECONDS FROM {c}) AS BIGINT), 1000000)"}
         else:
-            key = f"CAST(MOD({self.first_key}, {M31}) AS BIGINT)"
-            micros = f"DATEDIFF(microsecond, CAST('1970-01-01' AS TIMESTAMP), {c})"
-        m = f"MOD(COALESCE({micros}, -1), {M31})"
-        x = f"MOD({key} * 48271 + {m}, {M31})"
-        y = f"MOD({key} * 69621 + {m} * 16807 + 1, {M31})"
-        h = f"(MOD({x} * {x}, {M31}) + 2147483648 * MOD({y} * {y}, {M31}))"
+            out = {"s": f"DATEDIFF(second, CAST('1970-01-01' AS TIMESTAMP), {c})",
+                   "us": f"DATEDIFF(microsecond, DATE_TRUNC('second', {c}), {c})"}
+        if not fraction:
+            del out["us"]
+        return out
+
+    def _mod(self, v: str) -> str:
+        return f"MOD({v}, {hashing.RADIX})"
+
+    def _div(self, v: str, by: int, *, integral: bool) -> str:
+        """`v` divided by `by`, truncated toward zero (as MOD's remainder expects)."""
+        if self.side == "mysql":
+            return f"{v} DIV {by}"
+        if integral:  # integer division truncates on both
+            return f"({v} / {by})"
+        if self.side == "postgres":
+            return f"CAST(DIV({v}, {by}) AS BIGINT)"
+        return f"CAST(FLOOR({v} / {by}) AS BIGINT)"  # DECIMAL(20,0): never negative
+
+    def _int_digit(self, v: str, col: SourceColumn, i: int) -> str:
+        """Digit `i` of an integer column (hashing.RADIX-ary, truncated division)."""
+        n = _integer_digits(col)
+        integral = _is_integer(col)
+        r = hashing.RADIX
+        if i == 0:
+            return self._mod(v)
+        if i == n - 1:
+            return f"({self._div(v, r**i, integral=integral)})"
+        return self._mod(self._div(v, r**i, integral=integral))
+
+    def _arithmetic_hash(self, parts: dict[str, str] | None = None) -> str:
+        """hashing.row_hash as SQL: two products of (digit + offset) modulo 2^31-1. Every
+        factor lies in [1, 2^31 - 2], so each product fits BIGINT; the first offset is a
+        BIGINT so that PostgreSQL and Redshift multiply in 64 bits."""
+        p = hashing.P
+        digits = self._digits(parts)
+        out = []
+        for j in range(2):
+            h = ""
+            for i, d in enumerate(digits):
+                t = hashing.offset(j, i)
+                if not h:
+                    big = str(t) if self.mysql else f"CAST({t} AS BIGINT)"
+                    h = f"({d} + {big})"
+                else:
+                    h = f"MOD({h} * ({d} + {t}), {p})"
+            out.append(h)
+        h = f"({out[0]} + 2147483648 * {out[1]})"
         return f"CAST({h} AS DECIMAL(38,0))" if self.side == "redshift" else h
 
     def _md5_digits(self, start: int, count: int) -> str:
@@ -177,20 +240,34 @@ class TableSQL:
         return f"{pred} AND {self.scope()}", [*params, bound]
 
     def child_index(self, sp: Split) -> Query:
-        """The expression numbering a row's child in `sp`, clamped for open ends."""
+        """The expression numbering a row's child in `sp`, clamped for open ends.
+
+        `k0 - lo` must stay in BIGINT: a span of 2^62 or more (keys near both ends of
+        BIGINT) is computed in DECIMAL, and in MySQL a key below `lo` (a row inserted
+        after the bounds were read) is raised to `lo` first, so an UNSIGNED key never goes
+        negative (error 1690)."""
         if not sp.by_interval:
             return self._md5_digits(len(sp.parent.prefix) + 1, sp.digits), []
+        assert sp.parent.lo is not None and sp.parent.hi is not None
         k0 = self.first_key
+        integral = _is_integer(self._col(self.target.primary_key[0]))
+        lo, params = sp.parent.lo + 1, [sp.parent.lo + 1]
+        if sp.parent.hi - sp.parent.lo >= 2**62:
+            k0 = f"CAST({k0} AS {'NUMERIC' if self.side == 'postgres' else 'DECIMAL(20,0)'})"
+            integral = False
+        elif integral and not self.mysql:  # an INTEGER column: `k0 - lo` in BIGINT
+            k0 = f"CAST({k0} AS BIGINT)"
         if self.side == "mysql":
-            idx = f"({k0} - %s) DIV %s"
+            idx = f"(GREATEST({k0}, %s) - %s) DIV %s"
+            params = [lo, lo]
         elif self.side == "postgres":
             idx = f"DIV({k0} - %s, %s)"
-        elif _is_integer(self._col(self.target.primary_key[0])):
+        elif integral:
             idx = f"({k0} - %s) / %s"
         else:  # DECIMAL(20,0) (BIGINT UNSIGNED) on Redshift
             idx = f"FLOOR(({k0} - %s) / %s)"
         sql = f"LEAST(GREATEST({idx}, 0), %s)"
-        return sql, [sp.parent.lo + 1, sp.width, sp.count - 1]  # type: ignore[operator]
+        return sql, [*params, sp.width, sp.count - 1]
 
     # ---------------------------------------------------------------- queries
 
@@ -203,6 +280,23 @@ class TableSQL:
         child, cparams = self.child_index(sp)
         where, wparams = self._where(sp.parent, bound)
         total = "CAST(SUM({h}) AS DECIMAL(38,0))" if self.side == "redshift" else "SUM({h})"
+        if self.arithmetic and self.side == "postgres":
+            # OFFSET 0 keeps PostgreSQL from inlining the subquery: the cursor's parts
+            # (numeric EXTRACTs, the costly part) are computed once per row, not per digit
+            parts = self.cursor_parts()
+            names = {k: self.q(f"s3rs_{k}") for k in parts}
+            inner = ", ".join(
+                [f"{child} AS {self.q('s3rs_child')}",
+                 *(self.q(k) for k in self.target.primary_key),
+                 *(f"{v} AS {names[k]}" for k, v in parts.items())]
+            )
+            sql = (
+                f"SELECT {self.q('s3rs_child')}, COUNT(*), "
+                f"COALESCE({total.format(h=self._arithmetic_hash(names))}, 0) "
+                f"FROM (SELECT {inner} FROM {self.qualified} WHERE {where} OFFSET 0) "
+                f"AS {self.q('s3rs_rows')} GROUP BY 1"
+            )
+            return sql, [*cparams, *wparams]
         sql = (
             f"SELECT {child} AS {self.q('s3rs_child')}, COUNT(*), "
             f"COALESCE({total.format(h=self.row_hash())}, 0) "
@@ -231,10 +325,15 @@ class TableSQL:
             return "(" + " OR ".join([one] * n) + ")"
         return f"{cols} IN ({', '.join([row] * n)})"
 
-    def lookup(self, keys: Sequence[Sequence[Any]], select: str) -> Query:
-        """`select` for the rows whose key is one of `keys` (any cursor, any state)."""
-        params = [v for k in keys for v in k]
-        return f"SELECT {select} FROM {self.qualified} WHERE {self._key_in(len(keys))}", params
+    def lookup(self, keys: Sequence[Sequence[Any]], select: str, bound: Any = None) -> Query:
+        """`select` for the rows whose key is one of `keys` (any cursor, any state; with a
+        `bound`, only the rows in scope)."""
+        params: list[Any] = [v for k in keys for v in k]
+        where = self._key_in(len(keys))
+        if bound is not None:
+            where = f"({where}) AND {self.scope()}"
+            params.append(bound)
+        return f"SELECT {select} FROM {self.qualified} WHERE {where}", params
 
     def key_cursor_select(self) -> str:
         """Key text, cursor (and on the warehouse, the soft-delete stamp) for lookups."""
@@ -248,6 +347,13 @@ def _is_integer(col: SourceColumn) -> bool:
     return col.data_type in INTEGER_TYPES and not (
         col.data_type == "bigint" and col.unsigned
     ) and not col.column_type.startswith("tinyint(1)")
+
+
+def _integer_digits(col: SourceColumn) -> int:
+    """How many hashing.RADIX digits an integer column needs (0: not an integer)."""
+    if col.data_type not in INTEGER_TYPES or col.column_type.startswith("tinyint(1)"):
+        return 0
+    return hashing.digits_for(col.data_type)
 
 
 def first_key_is_integer(target: LoadTarget) -> bool:
