@@ -107,7 +107,8 @@ BROKEN = ("cursor", "mysql_password", "s3", "warehouse")
 CURSOR = "has no cursor column 'update_att' (its date/time columns: update_at)"
 MYSQL = "cannot connect to MySQL at mysql://root:***@"
 S3 = "cannot reach s3://"
-S3_READ = "cannot read the watermark of"  # reconcile and s3clean read the record first
+S3_READ = "cannot read the watermark of"  # s3clean reads the record first
+S3_RECONCILE = "cannot reach S3 to read s3://"  # reconcile: its own plain S3 client
 WAREHOUSE = "cannot connect to the warehouse at postgresql://postgres:***@"
 
 #: (command, what is broken) -> (exit code, text of the message). 0 where the command does
@@ -125,7 +126,7 @@ EXPECTED = {
     ("verify", "warehouse"): (2, WAREHOUSE),
     ("reconcile", "cursor"): (2, CURSOR),
     ("reconcile", "mysql_password"): (2, MYSQL),
-    ("reconcile", "s3"): (2, S3_READ),
+    ("reconcile", "s3"): (2, S3_RECONCILE),
     ("reconcile", "warehouse"): (2, WAREHOUSE),
     ("watermark get", "cursor"): (0, "Watermark for"),
     ("watermark get", "mysql_password"): (0, "Watermark for"),
