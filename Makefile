@@ -4,7 +4,7 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
 VENV_PY := .venv/bin/python
-# Extra arguments: make demo DEMO_ARGS=--reseed ; make bench ARGS="--suite shape"
+# Extra arguments: make demo DEMO_ARGS=--reseed (or -v) ; make bench ARGS="--suite shape"
 DEMO_ARGS ?=
 ARGS ?=
 
@@ -17,7 +17,7 @@ help: ## list the targets
 setup: ## install/start what s3rs needs: venv, Java, JDBC jars, MariaDB, PostgreSQL (idempotent)
 	@bash scripts/setup.sh
 
-demo: setup ## seed a 100k-row table and sync it MySQL -> S3 (moto) -> PostgreSQL (DEMO_ARGS=--reseed)
+demo: setup ## seed a 100k-row table and sync it MySQL -> S3 (moto) -> PostgreSQL (DEMO_ARGS=--reseed, -v)
 	@source scripts/env.sh && bash scripts/moto.sh start && $(VENV_PY) scripts/demo.py $(DEMO_ARGS)
 
 test: ## run the whole test suite (extra pytest args: make test ARGS="-k cursor")
@@ -37,8 +37,8 @@ lint: ## ruff check and the import layers (lint-imports)
 
 stop: ## stop the local moto S3 server (its buckets are in memory and are lost) and Spark Connect server
 	@bash scripts/moto.sh stop
-	@S3RS_SPARK_STATE_DIR=$${S3RS_SPARK_STATE_DIR:-$(CURDIR)/.local/spark-connect} \
+	@S3RS_SPARK_STATE_DIR=$${S3RS_SPARK_STATE_DIR:-$${S3RS_STATE_DIR:-$(CURDIR)/.local}/spark-connect} \
 	  $(VENV_PY) -m s3rs_assets.cli spark stop
 
-clean: stop ## remove .local/ (demo table list, Dagster home, logs); databases are kept
+clean: stop ## remove .local/ (demo table list and settings, Dagster home, logs); databases are kept
 	rm -rf .local

@@ -8,6 +8,9 @@ Under the configured prefix (`S3RS_S3_PREFIX`, default `s3rs`):
     watermarks/tables/<schema.table>.json                             primary watermark
     watermarks/backups/daily/<schema.table>_<YYYYMMDD>.json           daily backup (UTC date)
     watermarks/backups/sessions/<session id>/<schema.table>.json      session backup (run id)
+    watermarks/edits/<schema.table>/before-<edit>-<UTC time>.json     record a manual edit
+                                                                      replaced (never a
+                                                                      recovery source)
 
 Data keys are deterministic in (table, partition, chunk start): a chunk read again
 overwrites its own objects instead of adding duplicates. Nothing else in s3rs joins key
@@ -102,6 +105,22 @@ class Layout:
     def watermark_session(self, table: str, session_id: str) -> str:
         name = f"{check_table(table)}.json"
         return self._key("watermarks", "backups", "sessions", check_session(session_id), name)
+
+    def watermark_edits(self, table: str) -> str:
+        """Prefix of the records `watermark set/reset/restore` replaced: listed by
+        `watermark history`, put back only by `watermark restore`, never by recovery."""
+        return self._key("watermarks", "edits", check_table(table)) + "/"
+
+    def watermark_edit_copy(self, table: str, label: str) -> str:
+        return self.watermark_edits(table) + f"{check_session(label)}.json"
+
+    def parse_edit_copy(self, table: str, key: str) -> str | None:
+        """The label of a listed edit copy of `table`, or None."""
+        head = self.watermark_edits(table)
+        name = key[len(head) :] if key.startswith(head) else ""
+        if "/" in name or not name.endswith(".json"):
+            return None
+        return name[: -len(".json")]
 
     def parse_primary(self, key: str) -> str | None:
         """The table of a listed primary key, or None for anything else."""

@@ -5,7 +5,8 @@ Two formats, chosen by `s3rs --log-format text|json` or `S3RS_LOG_FORMAT`:
 * `text` (default): `2025-08-14 16:45:33 INFO  s3rs.cli  message`;
 * `json`: one JSON object per line with `ts`, `level`, `logger`, `message`, `event` and,
   when the record carries them (logging's `extra=`), `table`, `partition`, `chunk`,
-  `rows`, `seconds`, `rows_per_second`, `cursor`, `run_id`, `error`.
+  `rows`, `seconds`, `rows_per_second`, `cursor`, `run_id`, `error`, and a run's timings
+  (`dagster_setup_seconds`, `spark_startup_seconds`, `read_seconds`, `load_seconds`).
 
 `configure()` installs one stderr handler on the root logger, so the `s3rs.*` loggers,
 the CLI's own lines and whatever a library logs (paramiko, py4j, botocore) share the
@@ -19,11 +20,14 @@ with a secret), never a substitute for it: Dagster's event log does not pass thr
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
 import sys
+import tempfile
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import quote, unquote, urlsplit
 
@@ -43,6 +47,12 @@ FIELDS = (
     "run_id",
     "stage",
     "error",
+    # where a sync run's time went (progress.RunTimings)
+    "dagster_setup_seconds",
+    "spark_startup_seconds",
+    "read_seconds",
+    "load_seconds",
+    "rows_loaded",
 )
 SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "S3RS_SSH_KEY_PASSPHRASE")
 URL_ENV = ("S3RS_MYSQL_URL", "S3RS_REDSHIFT_URL")
@@ -52,6 +62,9 @@ MASK = "***"
 MIN_SECRET_LENGTH = 3
 
 _HANDLER_ATTR = "_s3rs_handler"
+LEVEL_ENV = "S3RS_LOG_LEVEL"
+#: the level `configure()` set last (None before: then S3RS_LOG_LEVEL, default INFO)
+_configured_level: int | None = None
 
 
 def url_password(url: str | None) -> str | None:
@@ -243,6 +256,8 @@ def configure(
     lvl = logging.getLevelName(level.upper()) if isinstance(level, str) else level
     if not isinstance(lvl, int):
         raise ConfigError(f"unknown log level {level!r}")
+    global _configured_level
+    _configured_level = lvl
     handler.setFormatter(formatter(fmt))
     handler.addFilter(_ScopeFilter(lvl))
     handler.addFilter(RedactionFilter())
@@ -257,6 +272,9 @@ def configure(
     # Chatty libraries stay at WARNING unless debugging.
     for name in ("botocore", "boto3", "urllib3", "s3transfer", "py4j", "paramiko"):
         logging.getLogger(name).setLevel(lvl if lvl <= logging.DEBUG else logging.WARNING)
+    # py4j's DEBUG lines are its wire protocol (fragments of every call to the JVM): noise
+    # even when debugging s3rs
+    logging.getLogger("py4j").setLevel(logging.INFO if lvl <= logging.DEBUG else logging.WARNING)
     return handler
 
 
@@ -264,3 +282,49 @@ def install_filter(handler: logging.Handler) -> None:
     """Add the redaction filter to a handler s3rs did not create (e.g. a test's)."""
     if not any(isinstance(f, RedactionFilter) for f in handler.filters):
         handler.addFilter(RedactionFilter())
+
+
+# ------------------------------------------------------------------------ Spark's own log
+
+#: log4j2 configuration for a Spark driver started by s3rs at any level but DEBUG: its
+#: ERROR lines only, in the same layout as Spark's default. Spark's default prints WARN
+#: lines and a banner ("Using Spark's default log4j profile", "Setting default log level")
+#: on every start, which on a normal run say nothing a person can act on.
+SPARK_LOG4J2_QUIET = """\
+# written by s3rs (s3rs_assets/logs.py): Spark's ERROR lines only; `s3rs -v` shows all
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
+# the shells' loggers at the root's level: Spark then prints no "Setting default log level"
+logger.repl.name = org.apache.spark.repl.Main
+logger.repl.level = error
+logger.pyspark.name = org.apache.spark.api.python.PythonGatewayServer
+logger.pyspark.level = error
+"""
+
+
+def level() -> int:
+    """The level s3rs logs at: what `configure()` set, else S3RS_LOG_LEVEL (INFO)."""
+    if _configured_level is not None:
+        return _configured_level
+    lvl = logging.getLevelName(os.environ.get(LEVEL_ENV, "INFO").strip().upper())
+    return lvl if isinstance(lvl, int) else logging.INFO
+
+
+def spark_log_options() -> str:
+    """The JVM option that keeps a Spark driver started in this process quiet (its log4j
+    ERROR lines only), or "" at DEBUG, where Spark's own WARN and INFO lines are wanted
+    (`s3rs -v`). The configuration file is written once per content to the temp dir."""
+    if level() <= logging.DEBUG:
+        return ""
+    digest = hashlib.md5(SPARK_LOG4J2_QUIET.encode()).hexdigest()[:12]
+    path = Path(tempfile.gettempdir()) / f"s3rs-spark-log4j2-{digest}.properties"
+    if not path.exists():
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(SPARK_LOG4J2_QUIET)
+        tmp.replace(path)  # atomic: a concurrent run never reads half a file
+    return f"-Dlog4j2.configurationFile={path.as_uri()}"

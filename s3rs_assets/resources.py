@@ -20,6 +20,7 @@ import pymysql
 from dagster_pyspark import LazyPySparkResource
 from pydantic import Field, PrivateAttr
 
+from s3rs_assets import logs
 from s3rs_assets.clock import PIN_SQL, SESSION_TIME_ZONE
 from s3rs_assets.config import DatabaseURL
 from s3rs_assets.connections import MySQLConnector
@@ -349,6 +350,10 @@ def get_spark(res: SparkResource) -> Any:
             # Python workers must run this interpreter, not `python3` from PATH (cron,
             # systemd: no venv on PATH). SparkContext reads the variable, not a conf key.
             os.environ["PYSPARK_PYTHON"] = sys.executable
+        quiet = logs.spark_log_options()  # Spark's WARN lines only with `s3rs -v`
+        if quiet and not str(conf.get("spark.remote", "")):
+            key = "spark.driver.extraJavaOptions"
+            conf[key] = f"{conf.get(key, '')} {quiet}".strip()
         builder = SparkSession.builder
         for k, v in conf.items():
             builder = builder.config(k, v)

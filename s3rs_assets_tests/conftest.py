@@ -21,6 +21,10 @@ REPO = Path(__file__).resolve().parent.parent
 MYSQL_HOST = os.environ.get("S3RS_TEST_MYSQL_HOST", "127.0.0.1")
 MYSQL_PORT = int(os.environ.get("S3RS_TEST_MYSQL_PORT", "3306"))
 PG_DSN = os.environ.get("S3RS_TEST_PG_DSN", "host=127.0.0.1 port=5432 user=postgres")
+# The settings `make demo` leaves in .local/s3rs.env are for people typing commands, never
+# for the tests (an `s3rs` run in-process or as a subprocess would take the demo's stack
+# for whatever a test leaves unset): empty means "read no settings file" (cli/local_env.py).
+os.environ["S3RS_ENV_FILE"] = ""
 
 
 def free_port() -> int:

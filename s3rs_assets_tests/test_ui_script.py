@@ -63,6 +63,9 @@ def test_ui_script_comes_up_quietly_and_a_signal_stops_every_process(
         "S3RS_REDSHIFT_URL": pg_url,
         "S3RS_S3_BUCKET": bucket,
         "S3RS_MOTO_PORT": str(urlparse(moto_endpoint).port),  # reuse the session's server
+        # a state dir of its own: the demo's moto (pid file in .local/, port 5555) is left
+        # alone, whether `make demo` left it running or not (`make demo` then `make test`)
+        "S3RS_STATE_DIR": str(tmp_path / "state"),
         "S3RS_UI_PORT": str(port),
         # a master of its own: ui.sh then starts no Spark Connect server (it outlives the UI)
         "S3RS_SPARK_MASTER": "local[1]",

@@ -2,15 +2,21 @@
 
 Run with the venv's python after `source scripts/env.sh` and `scripts/moto.sh start`:
 
-    .venv/bin/python scripts/demo.py [--rows N] [--reseed] [--no-sync]
+    .venv/bin/python scripts/demo.py [--rows N] [--reseed] [--no-sync] [-v]
 
 1. creates the S3 bucket, the PostgreSQL database and the MySQL schema when missing;
 2. seeds `s3rs_demo.settlement_normal_delivery_detail` (100,000 rows over the last
    3 days) when the table is missing or --reseed is given; otherwise keeps it, so a
    second `make demo` is an incremental sync with nothing new to copy;
-3. writes the table list $S3RS_TABLES (.local/demo/tables.yaml);
-4. runs the sync job for the whole date range with `dagster job execute`;
+3. writes the table list $S3RS_TABLES (.local/demo/tables.yaml) and the settings file
+   $S3RS_STATE_DIR/s3rs.env (.local/s3rs.env), which `s3rs` reads in any new shell;
+4. asks what there is to do (`work.prepare`: MySQL below the safety bound, the
+   warehouse's load ledger, S3) and runs the sync job with `dagster job execute` only
+   for the partitions with work: with nothing new, no run starts and Spark never starts;
 5. prints the watermark (`s3rs watermark get`) and the parquet files in S3.
+
+Quiet by default: Dagster's console logger at INFO (no DEBUG event lines), its known
+beta/superseded warnings filtered, Spark's log4j lines at ERROR. `-v` shows all of them.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -180,21 +187,26 @@ def write_tables_yaml(path: Path, first_day: str) -> None:
         print(f"wrote: {path}")
 
 
-def sync_range(bucket: str, prefix: str) -> tuple[str, str]:
-    """From the first partition either stage has work in to the current one, as `s3rs sync`
-    plans it: a second `make demo` does not re-read complete partitions."""
+def prepare_sync(bucket: str, prefix: str) -> Any:
+    """What the sync has to do, decided as `s3rs sync` decides it (`work.prepare`): empty
+    stretches are closed without a run; the plans cover only partitions with work."""
     from s3rs_assets.config import find_table, load_tables
     from s3rs_assets.io_manager import store_for
-    from s3rs_assets.resources import S3Resource
-    from s3rs_assets.work import plan_sync
+    from s3rs_assets.resources import MySQLResource, S3Resource
+    from s3rs_assets.warehouse import WarehouseResource
+    from s3rs_assets.work import prepare
 
     table = find_table(load_tables(), QUALIFIED)
-    record = store_for(S3Resource(bucket=bucket, prefix=prefix)).read(QUALIFIED)
-    plan = plan_sync(table, record)
-    return plan.start, plan.end
+    s3 = S3Resource(bucket=bucket, prefix=prefix)
+    mysql = MySQLResource(url=os.environ["S3RS_MYSQL_URL"])
+    warehouse = WarehouseResource(url=os.environ["S3RS_REDSHIFT_URL"])
+    try:
+        return prepare(table, mysql, warehouse, s3, store_for(s3), ("backup", "load"))
+    finally:
+        mysql.teardown_after_execution(None)
 
 
-def run_sync(first_day: str, last_day: str) -> None:
+def run_sync(first_day: str, last_day: str, verbose: bool) -> None:
     tags = json.dumps(
         {
             "dagster/asset_partition_range_start": first_day,
@@ -203,6 +215,13 @@ def run_sync(first_day: str, last_day: str) -> None:
             ".dagster/repository": "__repository__@s3rs",
         }
     )
+    # Dagster's console logger at INFO: the run's own messages (chunks, partitions), not
+    # its DEBUG event lines (-v shows them). Run config as a file: `job execute` has no
+    # JSON option for it.
+    config = settings_file().parent / "demo" / "run_config.yaml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    level = "DEBUG" if verbose else "INFO"
+    config.write_text(f"loggers:\n  console:\n    config:\n      log_level: {level}\n")
     cmd = [
         str(BIN / "dagster"),
         "job",
@@ -211,15 +230,59 @@ def run_sync(first_day: str, last_day: str) -> None:
         "s3rs_assets.definitions",
         "-j",
         JOB,
+        "-c",
+        str(config),
         "--tags",
         tags,
     ]
     print("$ " + " ".join(cmd[:-1]) + f" '{tags}'", flush=True)
     started = time.perf_counter()
-    rc = subprocess.call(cmd, cwd=REPO)
+    rc = subprocess.call(cmd, cwd=REPO, env=run_env(verbose))
     if rc != 0:
         fail(f"the sync run failed (exit code {rc}); its log is above")
     print(f"ok: sync run finished in {time.perf_counter() - started:.1f} s")
+
+
+def run_env(verbose: bool) -> dict[str, str]:
+    """The run's environment: at -v everything, else Spark quiet (S3RS_LOG_LEVEL, read by
+    the run's SparkSession) and two known warnings filtered by their exact text, as
+    scripts/ui.sh does: `backfill_policy` being beta (the single-run backfills rely on it)
+    and `dagster job execute` being superseded by `dg launch` (from dagster-dg-cli, a
+    separate package and project layout this project does not use)."""
+    env = dict(os.environ)
+    if verbose:
+        env["S3RS_LOG_LEVEL"] = "DEBUG"
+        return env
+    env.setdefault("S3RS_LOG_LEVEL", "INFO")
+    quiet = (
+        "ignore:Parameter `backfill_policy` of function `asset` is currently in beta:Warning,"
+        "ignore:Function `job_execute_command` is superseded:Warning"
+    )
+    env["PYTHONWARNINGS"] = ",".join(x for x in (env.get("PYTHONWARNINGS"), quiet) if x)
+    return env
+
+
+def redshift_only(verbose: bool) -> None:
+    """A load backlog (files extracted, not loaded): `s3rs sync --redshift-only`."""
+    cmd = [str(BIN / "s3rs"), *(["-v"] if verbose else []), "sync", "-t", QUALIFIED,
+           "--redshift-only", "--no-progress"]
+    print("$ " + " ".join(cmd), flush=True)
+    if subprocess.call(cmd, cwd=REPO) != 0:
+        fail("the load-only sync failed; its log is above")
+
+
+def nothing_to_do(prepared: Any) -> None:
+    """What `s3rs sync` says when there is nothing below the bound: what waits, and when."""
+    from s3rs_assets.cli.common import _not_yet
+    from s3rs_assets.config import find_table, load_tables
+
+    print(
+        f"ok: nothing new below the safety bound {prepared.bound} (MySQL clock) and nothing "
+        "waiting to be loaded: no run, Spark not started"
+    )
+    found = _not_yet(find_table(load_tables(), QUALIFIED), prepared.bound)
+    for line in found.lines() if found else []:
+        print(line)
 
 
 def report(bucket: str, prefix: str) -> int:
@@ -258,6 +321,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="prepare everything and report, but do not run the sync job",
     )
+    ap.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="Dagster's DEBUG event lines and Spark's WARN lines too",
+    )
     args = ap.parse_args(argv)
 
     missing = [v for v in REQUIRED_ENV if not os.environ.get(v)]
@@ -280,22 +349,51 @@ def main(argv: list[str] | None = None) -> int:
         first, _last = seed_table(conn, args.rows, args.reseed)
     first_day = first.date().isoformat()
 
-    step(f"3/5 table list {os.environ['S3RS_TABLES']}")
+    step(f"3/5 table list {os.environ['S3RS_TABLES']}, settings {settings_file()}")
     write_tables_yaml(Path(os.environ["S3RS_TABLES"]), first_day)
+    write_settings()
 
     if args.no_sync:
         step("4/5 sync: skipped (--no-sync)")
     else:
-        first_day, last_day = sync_range(bucket, prefix)
-        step(f"4/5 sync {first_day} .. {last_day} (job {JOB})")
-        run_sync(first_day, last_day)
+        step(f"4/5 sync (job {JOB})")
+        prepared = prepare_sync(bucket, prefix)
+        if prepared.closed:
+            print(f"closed: {prepared.closed:,} empty partition(s) without a run")
+        if not prepared.plans:
+            nothing_to_do(prepared)
+        for plan in prepared.plans:
+            print(f"{' + '.join(plan.stages)}: partitions {plan.start} .. {plan.end}")
+            if "backup" in plan.stages:
+                run_sync(plan.start, plan.end, args.verbose)
+            else:
+                redshift_only(args.verbose)
 
     step("5/5 result")
     rc = report(bucket, prefix)
-    print(
-        "\nNext: `make ui` shows the assets, runs and watermark metadata at http://127.0.0.1:3000"
-    )
+    print(NEXT.format(table=QUALIFIED))
     return 0 if args.no_sync else rc
+
+
+NEXT = """
+Next, in this shell or a new one (s3rs reads .local/s3rs.env for what you have not exported):
+  .venv/bin/s3rs watermark get -t {table}
+  .venv/bin/s3rs sync -t {table}
+  .venv/bin/s3rs verify -t {table}
+  make ui      # the assets, runs and watermark metadata at http://127.0.0.1:3000"""
+
+
+def settings_file() -> Path:
+    return Path(os.environ.get("S3RS_STATE_DIR") or REPO / ".local") / "s3rs.env"
+
+
+def write_settings() -> None:
+    """The stack's settings for the commands typed next, in any shell (cli/local_env.py)."""
+    from s3rs_assets.cli import local_env
+
+    path = settings_file()
+    local_env.write(path, os.environ)
+    print(f"wrote: {path} (read by `s3rs` for the variables you have not exported)")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # start|stop|status a local moto S3 server for the demo and the UI.
 #   port  ${S3RS_MOTO_PORT:-5555} on 127.0.0.1
-#   files .local/moto.pid and .local/moto.log at the repository root
+#   files moto.pid and moto.log in ${S3RS_STATE_DIR:-.local} (the repository's .local/):
+#   a test suite with a state dir of its own never sees (or stops) the demo's server
 # start reuses a live server and returns once the port answers. moto keeps its data in
 # memory: stopping it discards every bucket.
 set -euo pipefail
@@ -9,7 +10,7 @@ set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PORT="${S3RS_MOTO_PORT:-5555}"
 HOST=127.0.0.1
-LOCAL="$REPO/.local"
+LOCAL="${S3RS_STATE_DIR:-$REPO/.local}"
 PIDFILE="$LOCAL/moto.pid"
 LOG="$LOCAL/moto.log"
 PY="$REPO/.venv/bin/python"
@@ -59,7 +60,7 @@ start() {
   [ -x "$PY" ] || { echo "moto: error: .venv missing; run scripts/setup.sh first" >&2; return 1; }
   mkdir -p "$LOCAL"
   if [ -z "${pid:-}" ]; then
-    echo "starting: moto S3 server on http://$HOST:$PORT (log: .local/moto.log)"
+    echo "starting: moto S3 server on http://$HOST:$PORT (log: $LOG)"
     # Restore default signal handlers (a non-interactive shell starts background jobs
     # with SIGINT/SIGQUIT ignored, and ignored signals survive exec) and leave the
     # terminal's session, then exec moto: `stop` can then end it by pid.
@@ -77,7 +78,7 @@ os.execv(sys.executable, [sys.executable, "-m", "moto.server", "-H", sys.argv[1]
   until port_open; do
     if ! kill -0 "$pid" 2>/dev/null; then
       rm -f "$PIDFILE"
-      echo "moto: error: the server exited; last lines of .local/moto.log:" >&2
+      echo "moto: error: the server exited; last lines of $LOG:" >&2
       tail -n 5 "$LOG" >&2
       return 1
     fi

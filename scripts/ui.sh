@@ -13,8 +13,11 @@ cd "$REPO"
 # One Spark for every run the UI launches: a Spark Connect server (`s3rs spark start`, a
 # no-op when one runs; it outlives the UI, `make stop` ends it), unless S3RS_SPARK_MASTER
 # is set. env.sh then points S3RS_SPARK_MASTER at it.
-if [ -z "${S3RS_SPARK_MASTER:-}" ]; then
-  S3RS_SPARK_STATE_DIR="${S3RS_SPARK_STATE_DIR:-$REPO/.local/spark-connect}" \
+# A master that scripts/env.sh defaulted (`source scripts/env.sh` in this shell) is not a
+# choice: the server is started all the same, and env.sh then points runs at it.
+if [ -z "${S3RS_SPARK_MASTER:-}" ] || [ "${S3RS_SPARK_MASTER_FROM:-}" = env.sh ]; then
+  unset S3RS_SPARK_MASTER S3RS_SPARK_MASTER_FROM
+  S3RS_SPARK_STATE_DIR="${S3RS_SPARK_STATE_DIR:-${S3RS_STATE_DIR:-$REPO/.local}/spark-connect}" \
     "$REPO/.venv/bin/python" -m s3rs_assets.cli spark start
 fi
 # shellcheck source=scripts/env.sh

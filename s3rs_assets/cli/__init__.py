@@ -8,9 +8,16 @@ and print.
 Sensors and this CLI never start Spark themselves; `s3rs sync` launches Dagster runs, and
 those runs start one SparkSession for the whole command.
 
-Exit codes: 0 done; 1 a sync or verify found a failure, or a confirmation was declined;
-2 bad input or configuration (unknown table, invalid timestamp, conflicting flags,
-unreachable service): nothing was changed.
+Exit codes (README, "Command line"; tested in test_exit_codes.py): 0 done and complete;
+1 a sync, check or verify found a failure, `watermark list` could not read a record, or a
+confirmation was declined; 2 bad input or configuration (unknown table, misspelt column,
+invalid timestamp, conflicting flags, MySQL, S3 or the warehouse unreachable or refusing
+the login): nothing was changed. Rows above the safety bound are "not yet" (waiting.py),
+never a failure.
+
+Settings: the environment first, then `.local/s3rs.env` for what is not exported
+(`local_env`, written by `make demo`). Quiet by default; `-v` shows Dagster's event lines
+and Spark's WARN lines.
 
 Every line printed goes through `logs.redact`, and every log line through the redaction
 filter, so no credential from the environment reaches the terminal.
@@ -25,10 +32,12 @@ from __future__ import annotations
 
 import importlib
 import os
+import warnings
 
 import click
 
 from s3rs_assets import logs
+from s3rs_assets.cli import local_env
 from s3rs_assets.errors import S3rsError
 
 __all__ = ["main"]
@@ -66,17 +75,42 @@ class _LazyGroup(click.Group):
 )
 @click.option(
     "--log-level",
-    default=lambda: os.environ.get("S3RS_LOG_LEVEL", "INFO"),
+    default=None,
     show_default="INFO",
     help="DEBUG, INFO, WARNING or ERROR (S3RS_LOG_LEVEL).",
 )
+@click.option(
+    "-v",
+    "--verbose",
+    is_flag=True,
+    help="Everything: s3rs at DEBUG, Dagster's event lines, Spark's WARN lines "
+    "(= --log-level DEBUG).",
+)
 @click.pass_context
-def main(ctx: click.Context, log_format: str | None, log_level: str) -> None:
-    """s3rs: keep Redshift in step with MySQL through S3 parquet, on Dagster."""
+def main(ctx: click.Context, log_format: str | None, log_level: str | None, verbose: bool) -> None:
+    """s3rs: keep Redshift in step with MySQL through S3 parquet, on Dagster.
+
+    Settings come from the environment; variables you have not exported are taken from
+    `.local/s3rs.env` (written by `make demo`) when there is one: see the README, "The
+    local stack".
+    """
     try:
+        local_env.load()  # before anything reads the environment (the redactor included)
+        level = "DEBUG" if verbose else (log_level or os.environ.get("S3RS_LOG_LEVEL", "INFO"))
+        if level.upper() != "DEBUG":
+            _quiet_known_warnings()
         fmt = logs.resolve_format(log_format)
-        logs.configure(fmt, log_level)
+        logs.configure(fmt, level)
     except S3rsError as e:
         raise click.UsageError(str(e)) from None
-    ctx.obj = {"log_format": fmt, "log_level": log_level.upper()}
+    ctx.obj = {"log_format": fmt, "log_level": level.upper()}
+
+
+def _quiet_known_warnings() -> None:
+    """Dagster's warning that `backfill_policy` is beta, printed whenever the definitions
+    are built: every table's single-run backfills rely on it, and it says nothing a person
+    running s3rs can act on (scripts/ui.sh filters it the same way). Shown with -v."""
+    warnings.filterwarnings(
+        "ignore", message=r"Parameter `backfill_policy` of function `asset` is currently in beta"
+    )
 

@@ -13,6 +13,7 @@ from functools import wraps
 from typing import Any
 
 import click
+from botocore.exceptions import BotoCoreError, ClientError
 
 from s3rs_assets import logs
 from s3rs_assets.config import TableConfig, find_table, load_tables
@@ -20,6 +21,7 @@ from s3rs_assets.errors import ConfigError, S3rsError
 from s3rs_assets.io_manager import store_for
 from s3rs_assets.resources import MySQLResource, S3Resource
 from s3rs_assets.source import server_now
+from s3rs_assets.waiting import Waiting, waiting_now
 from s3rs_assets.warehouse import WarehouseResource
 
 log = logging.getLogger("s3rs.cli")
@@ -39,6 +41,26 @@ def _s3() -> S3Resource:
     if not bucket:
         raise click.UsageError("S3RS_S3_BUCKET is not set")
     return S3Resource(bucket=bucket, prefix=os.environ.get("S3RS_S3_PREFIX", "s3rs"))
+
+
+def _s3_checked() -> S3Resource:
+    """The bucket from the environment, asked once (HEAD bucket) before anything else: an
+    unreachable endpoint, refused credentials or a missing bucket is then one clear error
+    naming the bucket and the endpoint (exit 2), not a failure halfway through a listing."""
+    s3 = _s3()
+    client = s3.client()
+    where = f"s3://{s3.bucket} at {client.meta.endpoint_url}"
+    try:
+        client.head_bucket(Bucket=s3.bucket)
+    except ClientError as e:
+        status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        why = {404: "no such bucket (S3RS_S3_BUCKET)",
+               403: "access denied (AWS credentials, or the bucket's policy)"}.get(
+            status, f"{e.response.get('Error', {}).get('Code', '')} {e}".strip())
+        raise ConfigError(f"cannot use {where}: {why}") from None
+    except BotoCoreError as e:
+        raise ConfigError(f"cannot reach {where}: {e} (AWS_ENDPOINT_URL_S3?)") from None
+    return s3
 
 
 def _store(s3: S3Resource | None = None) -> Any:
@@ -65,6 +87,21 @@ def _source_now() -> datetime:
     """The MySQL server's clock (naive, source time zone): what cursors compare against."""
     with _mysql().connect() as conn:
         return server_now(conn)
+
+
+def _not_yet(table: TableConfig, upper: datetime | None) -> Waiting | None:
+    """The rows of `table` at or above `upper` (the bound a plan, run or comparison stopped
+    at), when they become readable and what holds the bound back (waiting.py), for the
+    "not yet" lines of sync and reconcile. Best effort, after the command's own work: None
+    (logged at debug level) when MySQL cannot be asked now."""
+    if upper is None:
+        return None
+    try:
+        with _mysql().connect() as conn:
+            return waiting_now(conn, table, upper)
+    except Exception as e:  # noqa: BLE001 - a courtesy: the command's answer is already made
+        log.debug("%s: rows above the safety bound not counted: %s", table.name, e)
+        return None
 
 
 def friendly_errors(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -13,6 +13,7 @@ import logging
 import sys
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from typing import Any
 
 import click
@@ -20,7 +21,8 @@ import click
 from s3rs_assets import runner, work
 from s3rs_assets.cli.common import (
     _mysql,
-    _s3,
+    _not_yet,
+    _s3_checked,
     _say,
     _store,
     _tables,
@@ -30,10 +32,17 @@ from s3rs_assets.cli.common import (
 )
 from s3rs_assets.config import TableConfig
 from s3rs_assets.errors import S3rsError
-from s3rs_assets.progress import SYNC_TAG, SyncMonitor, failure_reasons, run_retries
+from s3rs_assets.progress import (
+    SYNC_TAG,
+    SyncMonitor,
+    failure_reasons,
+    run_retries,
+    run_timings,
+)
 from s3rs_assets.watermark.edits import fmt as _fmt
 
 OK, FAILED, UNUSABLE = 0, 1, 2
+log = logging.getLogger("s3rs.cli")
 
 
 @click.command()
@@ -86,7 +95,7 @@ def sync(
     tables = _tables(names, all_)
     stages = ("backup",) if backup_only else ("load",) if redshift_only else ("backup", "load")
     inst = runner.instance()
-    s3 = _s3()
+    s3 = _s3_checked()  # an unreachable S3 is one error (exit 2) before any table
     side_by_side = parallel > 1 and len(tables) > 1
     tty = (sys.stderr.isatty() if progress is None else progress) and not side_by_side
 
@@ -179,6 +188,8 @@ def _sync_table(
         return FAILED
     if not prepared.plans:
         echo(_nothing_new(table, prepared, stages))
+        if "backup" in stages:
+            _report_waiting(ctx, table, prepared.bound)
         return OK
     budget = limit
     for plan in prepared.plans:
@@ -204,7 +215,14 @@ def _sync_table(
         if _failed_checks(ctx, table, result):
             return FAILED
         echo(f"{table.name}: run {result.run_id} succeeded{after}")
-        _report_unread_rows(ctx, table, store)
+        timings = run_timings(result, monitor)
+        if ctx.obj and ctx.obj.get("log_format") == "json":
+            log.info(timings.line(table.name),
+                     extra={"event": "run_timings", "table": table.name,
+                            "run_id": result.run_id, **timings.fields()})
+        else:
+            echo(timings.line(table.name))
+        _report_unread_rows(ctx, table, store, "backup" in plan.stages)
         if budget is not None and "backup" in plan.stages:
             budget -= max(0, _rows_extracted(store, table) - before)
             if budget <= 0:
@@ -236,7 +254,7 @@ def _failed_checks(ctx: click.Context, table: TableConfig, result: Any) -> bool:
         counts = {
             k: v.value for k, v in c.metadata.items() if k in ("mysql_rows", "warehouse_rows")
         }
-        detail = ", ".join(f"{k} {v:,}" for k, v in counts.items())
+        detail = ", ".join(f"{k} {v}" for k, v in counts.items())
         _say(
             ctx,
             logging.ERROR,
@@ -246,17 +264,32 @@ def _failed_checks(ctx: click.Context, table: TableConfig, result: Any) -> bool:
             table=table.name,
             run_id=result.run_id,
             error=c.description,
-            **({"rows": counts["warehouse_rows"]} if "warehouse_rows" in counts else {}),
         )
     return bool(bad)
 
 
-def _report_unread_rows(ctx: click.Context, table: TableConfig, store: Any) -> None:
-    """Warn about rows no run has copied (future-dated, NULL or zero cursors, before start)."""
+def _report_unread_rows(
+    ctx: click.Context, table: TableConfig, store: Any, backup: bool
+) -> None:
+    """Warn about rows no run has copied (future-dated, NULL or zero cursors, before start),
+    then say which rows wait above the run's safety bound and from when they are read."""
     rec = store.read(table.name, fresh=True)  # after the run: not the plan's copy
     counts = rec.source_counts if rec else None
     for line in counts.warnings(table.name) if counts else []:
         _say(ctx, logging.WARNING, f"warning: {line}", event="rows_not_copied", table=table.name)
+    if backup and counts is not None and counts.above_bound:
+        _report_waiting(ctx, table, counts.upper_bound)
+
+
+def _report_waiting(ctx: click.Context, table: TableConfig, upper: datetime | None) -> None:
+    """"Not yet": the rows at or above `upper` (the bound the plan or the run read below),
+    when they become readable and what holds the bound back."""
+    found = _not_yet(table, upper)
+    for line in found.lines() if found else []:
+        if ctx.obj and ctx.obj.get("log_format") == "json":
+            log.info(line, extra={"event": "not_yet", "table": table.name, "rows": found.rows})
+        else:
+            echo(line)  # part of the answer, beside "nothing new" (stdout)
 
 
 def _execute(runner: Any, plan: Any, inst: Any, limit: int | None, tags: dict, quiet: bool):

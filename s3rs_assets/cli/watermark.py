@@ -1,4 +1,5 @@
-"""`s3rs watermark get|set|reset|list|backup-status|cleanup-backups`.
+"""`s3rs watermark get|set|reset|list|backup-status|cleanup-backups` (`history` and
+`restore`, the undo, are in `cli/watermark_history.py`).
 
 Thin: the edits and the compare-and-swap guard are in `watermark.edits`, storage in
 `watermark.store`; this module parses, asks, prints. Manual changes are compare-and-swap
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -19,6 +19,7 @@ import click
 
 from s3rs_assets.cli.common import (
     _dump,
+    _s3_checked,
     _source_now,
     _store,
     _table,
@@ -26,12 +27,14 @@ from s3rs_assets.cli.common import (
     echo,
     friendly_errors,
 )
+from s3rs_assets.cli.watermark_change import manual_change
+from s3rs_assets.cli.watermark_history import watermark_history, watermark_restore
 from s3rs_assets.config import TableConfig, load_tables
 from s3rs_assets.errors import ConfigError, S3rsError
 from s3rs_assets.load import clear_ledger, ledger_versions
 from s3rs_assets.partitions import partition_keys, partitions_def, window
 from s3rs_assets.times import TIMESTAMP_HELP, parse_timestamp_syntax, resolve_timestamp
-from s3rs_assets.watermark import WatermarkRecord, edits, iso, utcnow
+from s3rs_assets.watermark import WatermarkRecord, iso, utcnow
 from s3rs_assets.watermark.edits import (
     MANUAL_STRATEGY,
     apply_reset,
@@ -126,7 +129,7 @@ def render_record(rec: WatermarkRecord, table: TableConfig, show_files: bool = F
 def watermark_get(name: str, as_json: bool, show_files: bool) -> None:
     """Show a table's watermark (both stages, per partition)."""
     table = _table(name)
-    report, known = _store().peek(table.name)
+    report, known = _store(_s3_checked()).peek(table.name)
     rec = known.record
     if report is not None:  # reading never writes: say where this came from
         echo(
@@ -148,49 +151,6 @@ def watermark_get(name: str, as_json: bool, show_files: bool) -> None:
         echo(rec.to_json())
     else:
         echo(render_record(rec, table, show_files))
-
-
-def _manual_change(
-    table: TableConfig,
-    change: Callable[[WatermarkRecord], None],
-    *,
-    title: str,
-    yes: bool,
-    dry_run: bool,
-    now: datetime | None,
-    notes: list[str] = (),
-    create: bool = True,
-    also: tuple[list[str], Callable[[], str]] | None = None,
-) -> None:
-    """Show before -> after, confirm, then apply `change` compare-and-swap
-    (edits.commit refuses if the record moved since it was shown). `also` is a
-    change outside the record (its description lines, and the call that makes it after the
-    record is saved)."""
-    store = _store()
-    mc = edits.preview(store, table, change, now=now, create=create)
-    extra, act = also if also else ([], None)
-    echo(title)
-    if mc is None and not extra:
-        echo(f"  nothing to change: {table.name} has no watermark yet.")
-        return
-    for n in notes:
-        echo(f"  note: {n}")
-    diff = (mc.diff if mc else []) + extra
-    if not diff:
-        echo("  nothing to change.")
-        return
-    for line in diff:
-        echo(line)
-    if dry_run:
-        echo("dry run: nothing written.")
-        return
-    if not yes:
-        click.confirm("Apply this change?", abort=True, err=True)
-    saved = edits.commit(store, mc, now=now) if mc and mc.diff else None
-    if act is not None:
-        echo(act())
-    if saved is not None:
-        echo(f"saved: next sync starts from {next_start(table, saved)[2]}")
 
 
 @watermark.command("set")
@@ -218,13 +178,14 @@ def watermark_set(name: str, ts_text: str, yes: bool, dry_run: bool) -> None:
             "tables.yaml start): rows before it are never read. Lower `start` in "
             f"tables.yaml, or use `s3rs watermark reset -t {table.name}` to start from it."
         )
-    _manual_change(
+    manual_change(
         table,
         lambda rec: apply_set(rec, table, ts),
         title=f"watermark set {table.name} to {_fmt(ts)} (source clock now {_fmt(source_now)}):",
         yes=yes,
         dry_run=dry_run,
         now=source_now,
+        keep="set",
     )
 
 
@@ -276,7 +237,7 @@ def watermark_reset(
             return f"load ledger: {n:,} entr{'y' if n == 1 else 'ies'} of {target} deleted"
 
         also = (lines, forget)
-    _manual_change(
+    manual_change(
         table,
         lambda rec: apply_reset(rec, mysql, redshift),
         title=f"watermark reset {table.name} ({'both stages' if mysql and redshift else 'MySQL side' if mysql else 'load side'}):",  # noqa: E501
@@ -286,6 +247,7 @@ def watermark_reset(
         notes=notes,
         create=False,
         also=also,
+        keep="reset",
     )
 
 
@@ -293,9 +255,13 @@ def watermark_reset(
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per table, as a list.")
 @friendly_errors
 def watermark_list(as_json: bool) -> None:
-    """Every configured table: stage statuses, cursor, lag behind the source, age."""
+    """Every configured table: stage statuses, cursor, lag behind the source, age.
+
+    Exits 1 when a table's watermark could not be read (its ERROR row says why), 2 when
+    MySQL's clock could not be read (no lag shown), after printing everything it could.
+    """
     tables = load_tables()
-    store = _store()
+    store = _store(_s3_checked())
     try:
         source_now: datetime | None = _source_now()
         note = None
@@ -311,13 +277,19 @@ def watermark_list(as_json: bool) -> None:
         rows.append({"table": n, "configured": False, "has_watermark": True})
     if as_json:
         _dump(rows)
-        return
-    if note:
-        echo(f"note: {note}", err=True)
-    if not rows:
+    elif not rows:
         echo("no tables configured")
-        return
-    _print_list(rows)
+    else:
+        _print_list(rows)
+    # Everything is shown first; then the exit code says what was missing from it.
+    errors = [r["table"] for r in rows if "error" in r]
+    if errors:
+        echo(f"error: the watermark of {', '.join(errors)} could not be read (ERROR above)",
+             err=True, fg="red")
+        sys.exit(1)
+    if note:
+        echo(f"error: {note}", err=True, fg="red")
+        sys.exit(2)
 
 
 def _list_row(
@@ -401,7 +373,7 @@ def _age(seconds: int | None) -> str:
 def watermark_backup_status(name: str, as_json: bool) -> None:
     """Primary, daily and session copies of a table's watermark: present, valid, current."""
     table = _table(name)
-    status = _store().copy_status(table.name)
+    status = _store(_s3_checked()).copy_status(table.name)
     if as_json:
         _dump(status)
         return
@@ -435,7 +407,7 @@ def watermark_backup_status(name: str, as_json: bool) -> None:
 @friendly_errors
 def watermark_cleanup_backups(days_to_keep: int, dry_run: bool, as_json: bool) -> None:
     """Delete old watermark backups (never a primary, never a table's newest valid copy)."""
-    report = _store().cleanup_copies(days_to_keep, dry_run=dry_run)
+    report = _store(_s3_checked()).cleanup_copies(days_to_keep, dry_run=dry_run)
     if as_json:
         _dump({**report.as_metadata(), "keys": report.deleted})
         return
@@ -451,3 +423,8 @@ def watermark_cleanup_backups(days_to_keep: int, dry_run: bool, as_json: bool) -
         echo(f"  failed {k}: {e}", err=True)
     if report.failed:
         sys.exit(1)
+
+
+# the undo of set/reset, in their own module (cli/watermark_history.py)
+watermark.add_command(watermark_history)
+watermark.add_command(watermark_restore)
