@@ -256,3 +256,45 @@ def test_limit_gives_partitions_it_never_reached_no_complete_metadata(world):
                 assert "rows" not in md
             else:
                 assert md["rows"].value == sum(f.rows for f in state.files)
+
+
+# ------------------------------------------------------------------------ suspected (a)
+
+
+def test_new_data_sensor_retries_after_a_failed_run(mysql_db, mysql_url, mysql_conn,
+                                                    s3_resource):
+    """After a failed run MySQL and the watermark are as they were, so the sensor finds the
+    same rows again; Dagster launches a run key once (a run with that key exists, failed or
+    not), so the request must carry a new key — a bounded number of times — or nothing
+    retries until new rows arrive."""
+    import uuid
+
+    from s3rs_assets.io_manager import store_for
+    from s3rs_assets.names import NEW_DATA
+    from s3rs_assets.sensors.new_data import RETRIES_AFTER_FAILURE
+    from s3rs_assets_tests.helpers import insert_rows, make_ties_table, table_cfg, ties
+    from s3rs_assets_tests.test_sensors import D, Sensors, res_for, write_record
+
+    name = f"rg_sensor_{uuid.uuid4().hex[:6]}"
+    make_ties_table(mysql_conn, name, ties(30, D, 3) + ties(12, D + timedelta(days=1), 2, 101))
+    cfg = table_cfg(mysql_db, name, lag="1h")
+    write_record(store_for(s3_resource), cfg, mysql_conn, complete=["2025-03-04"])
+    with dg.instance_for_test() as instance:
+        s = Sensors([cfg], instance, res_for(mysql_url, s3_resource))
+        keys = []
+        for _ in range(RETRIES_AFTER_FAILURE + 1):
+            (req,) = s.tick(NEW_DATA).run_requests
+            assert req.run_key not in keys  # a key Dagster would launch
+            keys.append(req.run_key)
+            instance.add_run(dg.DagsterRun(  # as the daemon records the run, then it fails
+                job_name=req.job_name, status=dg.DagsterRunStatus.FAILURE,
+                tags={"dagster/run_key": req.run_key, "dagster/sensor_name": NEW_DATA}))
+        # bounded: after so many failures it waits for new rows (or a person)
+        gave_up = s.tick(NEW_DATA)
+        assert not gave_up.run_requests
+        assert f"{RETRIES_AFTER_FAILURE + 1} failed run(s)" in gave_up.skip_message
+        assert keys[1:] == [f"{keys[0]}:retry-{n}" for n in range(1, len(keys))]
+        # new rows: a new key, tried afresh
+        insert_rows(mysql_conn, name, [(9000, D + timedelta(days=1, hours=5))])
+        (req,) = s.tick(NEW_DATA).run_requests
+        assert req.run_key not in keys and ":retry-" not in req.run_key
