@@ -163,9 +163,14 @@ class Composition(RuleBasedStateMachine):
         assert not extra, f"rows MySQL does not hold: {sorted(extra)}"
 
     def assert_nothing_unloaded(self) -> None:
-        rec = self.w.record()
-        left = unloaded(rec, self.w.ledger())
+        """Every manifest file is in the ledger, and the record's load mirror says so."""
+        rec, ledger = self.w.record(), self.w.ledger()
+        left = unloaded(rec, ledger)
         assert not left, f"files left unloaded: {left}"
+        if rec is not None:
+            mirror = {k: set(s.files) for k, s in rec.loaded_partitions.items()}
+            held = {k: {f.key for f in p.files} for k, p in rec.partitions.items() if p.files}
+            assert mirror == held, "the record's load mirror is not the ledger's"
 
     # ------------------------------------------------------------------ set-up
 
