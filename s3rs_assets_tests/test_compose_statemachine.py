@@ -374,9 +374,10 @@ class Composition(RuleBasedStateMachine):
         elif how == "drop":
             self.w.drop_target()
         else:
-            self.w.target_sql("CREATE TABLE {t}_copy AS SELECT * FROM {t} WHERE false")
-            self.w.drop_target()
-            self.w.target_sql(f'ALTER TABLE {{t}}_copy RENAME TO "{self.w.table}"')
+            copy = f'"{self.w.db}"."{self.w.table}_copy"'
+            self.w.target_sql(f"CREATE TABLE {copy} (LIKE {{t}} INCLUDING ALL)")
+            self.w.drop_target()  # re-created empty, as a rebuild or a restore does
+            self.w.target_sql(f'ALTER TABLE {copy} RENAME TO "{self.w.table}"')
         # a reload brings back every version S3 holds: what reconcile settled may differ
         self.dirty |= self.ever_dirty
         self.steps.append(f"target {how}")
