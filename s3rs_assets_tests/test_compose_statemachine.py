@@ -163,9 +163,14 @@ class Composition(RuleBasedStateMachine):
         assert not extra, f"rows MySQL does not hold: {sorted(extra)}"
 
     def assert_nothing_unloaded(self) -> None:
-        rec = self.w.record()
-        left = unloaded(rec, self.w.ledger())
+        """Every manifest file is in the ledger, and the record's load mirror says so."""
+        rec, ledger = self.w.record(), self.w.ledger()
+        left = unloaded(rec, ledger)
         assert not left, f"files left unloaded: {left}"
+        if rec is not None:
+            mirror = {k: set(s.files) for k, s in rec.loaded_partitions.items()}
+            held = {k: {f.key for f in p.files} for k, p in rec.partitions.items() if p.files}
+            assert mirror == held, "the record's load mirror is not the ledger's"
 
     # ------------------------------------------------------------------ set-up
 
@@ -369,9 +374,10 @@ class Composition(RuleBasedStateMachine):
         elif how == "drop":
             self.w.drop_target()
         else:
-            self.w.target_sql("CREATE TABLE {t}_copy AS SELECT * FROM {t} WHERE false")
-            self.w.drop_target()
-            self.w.target_sql(f'ALTER TABLE {{t}}_copy RENAME TO "{self.w.table}"')
+            copy = f'"{self.w.db}"."{self.w.table}_copy"'
+            self.w.target_sql(f"CREATE TABLE {copy} (LIKE {{t}} INCLUDING ALL)")
+            self.w.drop_target()  # re-created empty, as a rebuild or a restore does
+            self.w.target_sql(f'ALTER TABLE {copy} RENAME TO "{self.w.table}"')
         # a reload brings back every version S3 holds: what reconcile settled may differ
         self.dirty |= self.ever_dirty
         self.steps.append(f"target {how}")
