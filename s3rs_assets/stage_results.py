@@ -10,7 +10,7 @@ so the Dagster UI tells the truth for each one (a range run records one material
 per partition):
 
 * each materialization shows a few formatted facts first (rows, files, size, cursor range,
-  status, seconds, what waits) and folds every raw figure into one `details` entry
+  status, seconds, rows not yet synced) and folds every raw figure into one `details` entry
   (`names.metadata_facts` reads them back);
 * every partition of the run gets its own figures: "nothing to do" (`backup_quiet` /
   `load_quiet`), what happened there (`backup_partition_metadata` /
@@ -267,9 +267,19 @@ def backup_run_metadata(out: BackupOutput, record: WatermarkRecord) -> RunMetada
     if retries:
         line += f"; {retries} retries"
     shown = _text(run=line)
-    waits = out.anomalies.warnings(out.table)  # rows no run can read yet, or ever
-    if waits:
-        shown["not_yet_synced"] = dg.MetadataValue.text("; ".join(waits))
+    found = out.anomalies
+    waiting = []  # rows a later sync reads, said as `matches_mysql` says them
+    if found.above_bound:
+        waiting.append(f"{count(found.above_bound)} at or above the safety bound "
+                       f"{iso(out.bound.upper)}: read once the bound passes them")
+    if found.future:
+        waiting.append(f"{count(found.future)} dated after MySQL's clock "
+                       f"(latest {iso(found.latest_future)})")
+    if waiting:
+        shown["rows_not_yet_synced"] = dg.MetadataValue.text("; ".join(waiting))
+    never = [w for w in found.warnings(out.table) if "never copied" in w]
+    if never:
+        shown["rows_never_synced"] = dg.MetadataValue.text("; ".join(never))
     if out.skipped:
         shown["not_reached"] = dg.MetadataValue.text(", ".join(out.skipped))
     figures = {

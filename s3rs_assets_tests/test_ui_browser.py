@@ -367,3 +367,38 @@ def test_guard_and_dialog_pages(ui: UIStack, browser: Browser, backfill):
     time.sleep(3)  # the partition health loads
     browser.driver.save_screenshot(str(SHOTS / "dialog.png"))
     (SHOTS / "dialog.txt").write_text("\n".join(browser.lines()))
+
+
+def test_run_metadata_says_what_waits_and_formats_its_figures():
+    """The run's last partition: `run` and the rows not yet synced in words, the raw
+    figures in `details` only (no Dagster, no services: the metadata as built)."""
+    from datetime import timedelta
+
+    from s3rs_assets.backup import PartitionRun
+    from s3rs_assets.names import metadata_facts
+    from s3rs_assets.source import SafetyBound
+    from s3rs_assets.stage_results import BackupOutput, backup_partition_metadata, with_run
+    from s3rs_assets.stage_results import backup_run_metadata as run_md
+    from s3rs_assets.watermark import SourceCounts, WatermarkRecord
+
+    now = datetime(2025, 3, 5, 12)
+    bound = SafetyBound(now, now - timedelta(seconds=30), timedelta(seconds=30), True)
+    found = SourceCounts(counted_at=now, upper_bound=bound.upper, above_bound=1200, future=2,
+                         latest_future=now + timedelta(days=1), null_cursor=3)
+    part = PartitionRun(DAY, datetime(2025, 3, 3), datetime(2025, 3, 4), None, status="complete",
+                        rows=33_807, chunks=2, seconds=4.25)
+    out = BackupOutput("s.t", [part], bound, found, seconds=30.0, spark_seconds=20.0)
+    rec = WatermarkRecord.new("s.t")
+    md = with_run(backup_partition_metadata(part, rec), *run_md(out, rec))
+    shown = {k: v.value for k, v in md.items()}
+    assert shown["rows"] == "33,807" and shown["seconds"] == "4.2 s", shown
+    assert shown["run"].startswith("33,807 rows, 0 files in 1 partition(s): 30.0 s (10.0 s "
+                                   "reading at 3,381 rows/s, Spark start-up 20.0 s)"), shown
+    assert shown["rows_not_yet_synced"].startswith(
+        "1,200 at or above the safety bound 2025-03-05T11:59:30"), shown
+    assert "; 2 dated after MySQL's clock" in shown["rows_not_yet_synced"], shown
+    assert "3 row(s) have a NULL cursor" in shown["rows_never_synced"], shown
+    facts = metadata_facts(md)
+    assert facts["rows"] == facts["run_rows"] == 33_807 and facts["rows_above_bound"] == 1200
+    assert list(md)[-1] == "s3rs/watermark_backup"  # the snapshot last, `details` before it
+    assert list(md)[-2] == DETAILS_METADATA_KEY
