@@ -540,3 +540,15 @@ class Draw:
 
     def draw(self, _strategy):
         return self.values.pop(0)
+
+
+def test_example_a_crash_after_a_load_committed(world, monkeypatch):
+    """Found by the SIGKILL test and replayed in-process: a run that stops after its first
+    partition's load committed, before the record says so; the next sync finds nothing to
+    load there (the ledger holds it), so the planner must rewrite the record's load mirror
+    from the ledger (work.mirror_ledger) or its counters stay short."""
+    replay(world, monkeypatch, [
+        ("start", {"n": 12, "stamps": 2}),
+        ("sync_crashes", {"crash": "load_after_commit"}),
+        ("sync_both", {}),
+    ])
