@@ -355,6 +355,16 @@ def test_runs_list_shows_table_and_partition(ui: UIStack, browser: Browser, back
 def test_guard_and_dialog_pages(ui: UIStack, browser: Browser, backfill):
     browser.page(f"/locations/s3rs/sensors/{WATERMARK_GUARD}", "guard-ticks",
                  lambda ls: "Failure" in ls)
+    # the failed tick's "View" opens its error: the guard's message
+    [view, *_] = [b for b in browser.driver.find_elements("tag name", "button")
+                  if b.text == "View"]
+    view.click()
+    restored = f"RECOVERED {ui.db}.uib_lost"
+    deadline = time.monotonic() + 30
+    while not any(restored in ln for ln in browser.lines()):
+        assert time.monotonic() < deadline, browser.lines()
+        time.sleep(1)
+    browser.driver.save_screenshot(str(SHOTS / "guard-tick-error.png"))
     browser.page(f"/locations/s3rs/asset-groups/{ui.db}__uib_orders", "dialog",
                  lambda ls: any(ln.startswith("Materialize all") for ln in ls))
     [button] = [b for b in browser.driver.find_elements("tag name", "button")
