@@ -187,7 +187,7 @@ class SourceCounts(_Model):
         if self.zero_date_cursor:
             out.append(
                 f"{table}: {self.zero_date_cursor:,} row(s) have a zero-date cursor "
-                "(0000-00-00): never copied"
+                "(0000-00-00, or a zero month or day such as 2026-11-00): never copied"
             )
         if self.before_start:
             out.append(
