@@ -19,14 +19,15 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
 from pymysql.converters import escape_item
 
 from s3rs_assets.identifiers import mysql_quote
-from s3rs_assets.watermark import Position, encode_key_value
+from s3rs_assets.key_codec import canonical, encode, time_text
+from s3rs_assets.watermark import Position
 
 
 def literal(value: Any) -> str:
@@ -39,6 +40,8 @@ def literal(value: Any) -> str:
         return "1" if value else "0"
     if isinstance(value, int | Decimal):
         return str(value)
+    if isinstance(value, timedelta):  # TIME, with its sign and microseconds
+        return f"'{time_text(value)}'"
     if isinstance(value, bytes | bytearray):
         # a hex literal is a binary string: compared byte by byte, like BINARY/VARBINARY keys
         return f"X'{bytes(value).hex()}'"
@@ -47,10 +50,15 @@ def literal(value: Any) -> str:
 
 @dataclass(frozen=True)
 class KeyColumns:
-    """The cursor column followed by the primary-key columns, as quoted SQL names."""
+    """The cursor column followed by the primary-key columns, as quoted SQL names.
+
+    `readable` is a condition every keyset read adds (`below`, `SubRange.predicate`): rows
+    whose cursor no position can hold (MySQL's zero-in-date values, '2026-11-00', which sort
+    between real dates) are never planned nor read; `source.source_counts` counts them."""
 
     cursor: str
     pk: tuple[str, ...]
+    readable: str = ""
 
     @property
     def names(self) -> list[str]:
@@ -90,7 +98,9 @@ def at_or_before(pos: Position, keys: KeyColumns) -> str:
 
 
 def below(upper: datetime, keys: KeyColumns) -> str:
-    return f"{keys.quoted[0]} < {literal(upper)}"
+    """Rows before `upper` that a position can hold (`KeyColumns.readable`)."""
+    bound = f"{keys.quoted[0]} < {literal(upper)}"
+    return f"{bound} AND {keys.readable}" if keys.readable else bound
 
 
 @dataclass(frozen=True)
@@ -102,7 +112,8 @@ class SubRange:
     rows: int
 
     def predicate(self, keys: KeyColumns) -> str:
-        return f"{after(self.start, keys)} AND {at_or_before(self.end, keys)}"
+        where = f"{after(self.start, keys)} AND {at_or_before(self.end, keys)}"
+        return f"{where} AND {keys.readable}" if keys.readable else where
 
 
 @dataclass(frozen=True)
@@ -120,6 +131,7 @@ def position_token(pos: Position) -> str:
         return f"{ts}_start"
     if all(isinstance(v, int) and v >= 0 for v in pos.pk):
         return f"{ts}_" + "-".join(str(v) for v in pos.pk)
-    text = json.dumps([encode_key_value(v) for v in pos.pk], default=str)
+    # canonical: the same token whether the position was read from MySQL or a record
+    text = json.dumps([encode(v) if isinstance(v, bytes) else canonical(v) for v in pos.pk])
     digest = hashlib.sha1(text.encode()).hexdigest()[:16]
     return f"{ts}_h{digest}"

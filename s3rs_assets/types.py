@@ -205,11 +205,15 @@ def reads_unscaled(col: SourceColumn) -> bool:
 
 
 def decimal_from_unscaled(values: pa.Array | pa.ChunkedArray, typ: pa.Decimal128Type) -> pa.Array:
-    """int64 unscaled values (v * 10^s) as decimal128(p, s) holding v, exactly: the
-    128-bit two's complement of each value (low word, sign-extended high word)."""
+    """Integer unscaled values (v * 10^s) as decimal128(p, s) holding v, exactly: the
+    128-bit two's complement of each value (low word, sign-extended high word). MySQL types
+    `CAST(... AS SIGNED)` of a narrow DECIMAL as INT, so connectorx hands int32 (or
+    narrower) for small precisions: widened to int64 first, which is exact."""
     arr = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+    if not pa.types.is_integer(arr.type) or arr.type == pa.uint64():
+        raise TypeError(f"unscaled decimal values must be signed integers, got {arr.type}")
     if arr.type != pa.int64():
-        raise TypeError(f"unscaled decimal values must be int64, got {arr.type}")
+        arr = arr.cast(pa.int64())
     low = arr.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
     words = np.empty((len(low), 2), dtype=np.int64)
     words[:, 0] = low

@@ -22,7 +22,7 @@ from s3rs_assets.io_manager import store_for
 from s3rs_assets.partitions import partitions_def, windows
 from s3rs_assets.resources import MySQLResource, S3Resource
 from s3rs_assets.source import describe
-from s3rs_assets.watermark import WatermarkRecord
+from s3rs_assets.watermark import SCHEMA_VERSION, WatermarkRecord
 from s3rs_assets_tests.helpers import make_ties_table, read_manifest_ids, table_cfg
 
 START = datetime(2014, 1, 1)
@@ -231,7 +231,7 @@ def test_an_old_record_is_read_and_written_back_compact():
         },
     }
     rec = WatermarkRecord.from_json(json.dumps(v1))
-    assert rec.schema_version == 2 and list(rec.partitions) == ["2025-01-03"]
+    assert rec.schema_version == SCHEMA_VERSION and list(rec.partitions) == ["2025-01-03"]
     assert [(r.start, r.end) for r in rec.closed] == [
         (datetime(2025, 1, 1), datetime(2025, 1, 3))]
     assert rec.is_complete("2025-01-02", datetime(2025, 1, 2), datetime(2025, 1, 3))

@@ -1,7 +1,9 @@
 """Bringing records written by an older s3rs up to `SCHEMA_VERSION` (and refusing newer).
 
 Version 1 kept one entry per partition, empty ones included; version 2 keeps complete
-empty stretches as closed ranges. Documents of the old system carry no version and read as
+empty stretches as closed ranges; version 3 writes key values JSON cannot hold (DATE,
+DATETIME, TIME, DECIMAL) tagged (`key_codec`), so an s3rs of version 2, which would take a
+tag for a string, refuses them. Documents of the old system carry no version and read as
 version 1. Bump `SCHEMA_VERSION` on any incompatible change, with a step here.
 """
 
@@ -11,7 +13,7 @@ from typing import Any
 
 from s3rs_assets.errors import WatermarkError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 def migrate(raw: dict[str, Any]) -> dict[str, Any]:
@@ -31,7 +33,17 @@ def migrate(raw: dict[str, Any]) -> dict[str, Any]:
         )
     if version == 1:
         raw = _v1_to_v2(raw)
+    if raw["schema_version"] == 2:
+        raw = _v2_to_v3(raw)
     return raw
+
+
+def _v2_to_v3(raw: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 wrote DATE/DATETIME/DECIMAL key values as untagged strings. Their column
+    types are not in the record, so they stay strings: the keyset SQL compares them as MySQL
+    does, and `key_codec.canonical` makes them equal to the native values a run holds. The
+    next checkpoint of the partition writes them tagged."""
+    return {**raw, "schema_version": 3}
 
 
 def _v1_to_v2(raw: dict[str, Any]) -> dict[str, Any]:

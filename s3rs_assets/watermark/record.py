@@ -40,6 +40,7 @@ from pydantic import (
     field_validator,
 )
 
+from s3rs_assets import key_codec
 from s3rs_assets.errors import WatermarkError
 from s3rs_assets.watermark.migrations import SCHEMA_VERSION, migrate
 
@@ -62,26 +63,10 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="ignore", validate_assignment=True)
 
 
-#: The tag of a key value JSON cannot hold as text: BINARY/VARBINARY keys (UUIDs in
-#: BINARY(16)) are written `{"$hex": "00ff..."}` and read back as bytes.
-BYTES_TAG = "$hex"
-
-
-def encode_key_value(value: Any) -> Any:
-    """A primary-key value as the record's JSON holds it (bytes tagged, hex-encoded)."""
-    if isinstance(value, bytes | bytearray | memoryview):
-        return {BYTES_TAG: bytes(value).hex()}
-    return value
-
-
-def decode_key_value(value: Any) -> Any:
-    """The inverse of `encode_key_value`: tagged hex back to the bytes MySQL compares."""
-    if isinstance(value, dict) and set(value) == {BYTES_TAG}:
-        try:
-            return bytes.fromhex(value[BYTES_TAG])
-        except (TypeError, ValueError):
-            raise ValueError(f"{BYTES_TAG} key value is not hexadecimal") from None
-    return value
+#: Key values in JSON: one canonical form, tagged where JSON has no type (key_codec.py).
+BYTES_TAG = key_codec.BYTES_TAG
+encode_key_value = key_codec.encode
+decode_key_value = key_codec.decode
 
 
 def _show(value: Any) -> str:
@@ -91,8 +76,10 @@ def _show(value: Any) -> str:
 class Position(_Model):
     """A (cursor, primary key) tuple; `pk` None means "before every row at `c`".
 
-    Key values are what MySQL returns (int, str, Decimal, bytes, ...); in JSON a bytes value
-    is tagged and hex-encoded (`encode_key_value`), since a BINARY key is rarely UTF-8."""
+    Key values are what MySQL returns (int, str, Decimal, date, datetime, timedelta,
+    bytes); in JSON the ones JSON has no type for are tagged (`key_codec`), so a record read
+    back holds the same values. Compare positions with `key()`: it is canonical, so a
+    position read from a record written before the tags equals the run's own."""
 
     c: datetime
     pk: list[Any] | None = None
@@ -107,7 +94,8 @@ class Position(_Model):
         return None if pk is None else [encode_key_value(v) for v in pk]
 
     def key(self) -> tuple:
-        return (self.c, tuple(self.pk) if self.pk is not None else ())
+        """What identifies the position: equal for equal rows, however it was read."""
+        return (self.c, key_codec.canonical_key(self.pk))
 
     def __str__(self) -> str:
         pk = "start" if self.pk is None else ",".join(_show(v) for v in self.pk)
@@ -199,7 +187,7 @@ class SourceCounts(_Model):
         if self.zero_date_cursor:
             out.append(
                 f"{table}: {self.zero_date_cursor:,} row(s) have a zero-date cursor "
-                "(0000-00-00): never copied"
+                "(0000-00-00, or a zero month or day such as 2026-11-00): never copied"
             )
         if self.before_start:
             out.append(

@@ -1,0 +1,154 @@
+"""Index probes of the (cursor, pk) keyset: the first and last rows, chunk plans, and the
+count of rows a run cannot read (`source_counts`)."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+
+import pymysql
+
+from s3rs_assets.cursor import ChunkPlan, SubRange, after, below, literal
+from s3rs_assets.identifiers import mysql_quote
+from s3rs_assets.source.bound import SafetyBound
+from s3rs_assets.source.table import SourceTable
+from s3rs_assets.types import invalid_date
+from s3rs_assets.watermark import Position, SourceCounts
+
+
+def zero_in_date_ranges(cursor: str, start: datetime, upper: datetime) -> str:
+    """Where zero-in-date values of `cursor` sort in [start, upper): 'Y-00-..' just before
+    'Y-01-01' and 'Y-M-00 ..' just before 'Y-M-01', as index ranges (13 per year), so
+    counting them costs no scan of the rows between."""
+    spans = []
+    for y in range(start.year, upper.year + 1):
+        spans.append((f"{y:04d}-00-00", f"{y:04d}-01-01"))
+        spans += [(f"{y:04d}-{m:02d}-00", f"{y:04d}-{m:02d}-01") for m in range(1, 13)]
+    ranges = " OR ".join(f"({cursor} >= '{lo}' AND {cursor} < '{hi}')" for lo, hi in spans)
+    return f"{cursor} >= {literal(start)} AND {cursor} < {literal(upper)} AND ({ranges})"
+
+
+def source_counts(
+    conn: pymysql.connections.Connection, src: SourceTable, start: datetime, bound: SafetyBound
+) -> SourceCounts:
+    """Count the rows this run cannot read (see `SourceCounts`), with index range scans:
+    below `start` (NULL, zero dates, before start), the zero-in-date values between `start`
+    and the bound ('2026-11-00 10:00', which a lax sql_mode accepts and no position can
+    hold: counted with the zero dates, never read), and from the bound up."""
+    c = mysql_quote(src.cursor)
+    bad = invalid_date(c)
+    with conn.cursor() as cur:
+        cur.execute(
+            f"SELECT SUM({c} IS NULL), SUM({bad}), SUM(NOT {bad} AND {c} < {literal(start)}) "
+            f"FROM {src.qualified} WHERE {c} IS NULL OR {c} < {literal(start)}"
+        )
+        null, zero, before = (int(v or 0) for v in cur.fetchone())
+        if start < bound.upper:
+            cur.execute(f"SELECT COUNT(*) FROM {src.qualified} WHERE "
+                        f"{zero_in_date_ranges(c, start, bound.upper)}")
+            zero += int(cur.fetchone()[0] or 0)
+        now = literal(bound.server_now)
+        cur.execute(
+            f"SELECT SUM(NOT {bad}), SUM(NOT {bad} AND {c} > {now}), "
+            f"MAX(IF({bad}, NULL, {c})), SUM({bad} AND {c} >= {literal(start)}) "
+            f"FROM {src.qualified} WHERE {c} >= {literal(bound.upper)}"
+        )
+        above, future, latest, zero_above = cur.fetchone()
+    future = int(future or 0)
+    return SourceCounts(
+        counted_at=bound.server_now,
+        upper_bound=bound.upper,
+        null_cursor=null,
+        zero_date_cursor=zero + int(zero_above or 0),
+        before_start=before,
+        above_bound=int(above or 0),
+        future=future,
+        latest_future=latest if future else None,
+    )
+
+
+def first_row(
+    conn: pymysql.connections.Connection, src: SourceTable, start: Position, upper: datetime
+) -> Position | None:
+    """The smallest (cursor, pk) after `start` and below `upper`: one index-only probe, so a
+    run jumps over any stretch of empty partitions at the cost of one query."""
+    keys = src.keys
+    cols = ", ".join(keys.quoted)
+    sql = (
+        f"SELECT {cols} FROM {src.qualified} WHERE {after(start, keys)} "
+        f"AND {below(upper, keys)} ORDER BY {keys.order_by} LIMIT 1"
+    )
+    with conn.cursor() as cur:
+        cur.execute(sql)
+        row = cur.fetchone()
+    return None if row is None else Position(c=row[0], pk=list(row[1:]))
+
+
+def last_row(
+    conn: pymysql.connections.Connection, src: SourceTable, since: datetime, upper: datetime
+) -> Position | None:
+    """The greatest (cursor, pk) at or after `since` and below `upper` (one index probe)."""
+    keys = src.keys
+    cols = ", ".join(keys.quoted)
+    desc = ", ".join(f"{q} DESC" for q in keys.quoted)
+    sql = (
+        f"SELECT {cols} FROM {src.qualified} WHERE {mysql_quote(src.cursor)} >= "
+        f"{literal(since)} AND {below(upper, keys)} ORDER BY {desc} LIMIT 1"
+    )
+    with conn.cursor() as cur:
+        cur.execute(sql)
+        row = cur.fetchone()
+    return None if row is None else Position(c=row[0], pk=list(row[1:]))
+
+
+def plan_chunk(
+    conn: pymysql.connections.Connection,
+    src: SourceTable,
+    start: Position,
+    upper: datetime,
+    rows: int,
+    parts: int,
+) -> ChunkPlan | None:
+    """Find the next chunk's end and its sub-range seams with one index-only query.
+
+    The inner query walks the (cursor, pk) index from `start` for at most `rows` entries;
+    the window functions number them, and we keep every `step`-th row and the last one.
+    Those rows are the inclusive ends of disjoint sub-ranges covering the chunk.
+    """
+    keys = src.keys
+    names = keys.quoted
+    step = max(1, math.ceil(rows / parts))
+    cols = ", ".join(names)
+    sql = (
+        f"SELECT {cols}, rn, total FROM ("
+        f"SELECT {cols}, ROW_NUMBER() OVER (ORDER BY {keys.order_by}) AS rn, "
+        f"COUNT(*) OVER () AS total FROM ("
+        f"SELECT {cols} FROM {src.qualified} "
+        f"WHERE {after(start, keys)} AND {below(upper, keys)} "
+        f"ORDER BY {keys.order_by} LIMIT {int(rows)}) AS head) AS numbered "
+        f"WHERE rn % {step} = 0 OR rn = total ORDER BY rn"
+    )
+    with conn.cursor() as cur:
+        cur.execute(sql)
+        seams = cur.fetchall()
+    if not seams:
+        return None
+    ranges: list[SubRange] = []
+    lo, lo_rn = start, 0
+    for row in seams:
+        end = Position(c=row[0], pk=list(row[1 : 1 + len(src.primary_key)]))
+        rn = int(row[-2])
+        ranges.append(SubRange(lo, end, rn - lo_rn))
+        lo, lo_rn = end, rn
+    return ChunkPlan(start=start, end=ranges[-1].end, rows=lo_rn, ranges=tuple(ranges))
+
+
+def count_between(
+    conn: pymysql.connections.Connection, src: SourceTable, start: Position, upper: datetime
+) -> int:
+    with conn.cursor() as cur:
+        cur.execute(
+            f"SELECT COUNT(*) FROM {src.qualified} WHERE {after(start, src.keys)} "
+            f"AND {below(upper, src.keys)}"
+        )
+        return int(cur.fetchone()[0])

@@ -1,0 +1,223 @@
+"""The table as MySQL's catalog describes it (`describe`), and its clock (`check_clock`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+import pymysql
+
+from s3rs_assets.clock import is_utc, offsets, sample_instants, source_timezone
+from s3rs_assets.config import TableConfig
+from s3rs_assets.cursor import KeyColumns
+from s3rs_assets.errors import ConfigError, SourceSchemaError
+from s3rs_assets.identifiers import mysql_quote, mysql_table
+from s3rs_assets.types import (
+    TEMPORAL,
+    SourceColumn,
+    column_type,
+    invalid_date,
+    select_expr,
+    zero_dates_expr,
+)
+
+
+@dataclass(frozen=True)
+class SourceTable:
+    """A configured table checked against MySQL's catalog."""
+
+    schema: str
+    table: str
+    columns: list[SourceColumn]
+    primary_key: tuple[str, ...]
+    cursor: str
+    cursor_indexed: bool
+
+    @property
+    def keys(self) -> KeyColumns:
+        """The keyset; its reads skip zero-in-date cursors, which no position can hold."""
+        readable = f"NOT {invalid_date(mysql_quote(self.cursor))}"
+        return KeyColumns(self.cursor, self.primary_key, readable)
+
+    @property
+    def cursor_is_date(self) -> bool:
+        """A DATE cursor: its values are whole days, so the safety bound is too."""
+        return any(c.name == self.cursor and c.data_type == "date" for c in self.columns)
+
+    @property
+    def qualified(self) -> str:
+        return mysql_table(self.schema, self.table)
+
+    def select_list(self, reader: str = "jdbc") -> str:
+        """What a reader selects: every carried column, then the zero-date count."""
+        keys = (self.cursor, *self.primary_key)
+        exprs = [select_expr(c, reader, key=c.name in keys) for c in self.columns]
+        zero = zero_dates_expr(self.columns, keys)
+        return ", ".join([*exprs, zero] if zero else exprs)
+
+
+def describe(conn: pymysql.connections.Connection, cfg: TableConfig) -> SourceTable:
+    """Check the table, its cursor and primary key; raise SourceSchemaError naming the fault.
+    Long on purpose: the catalog checks in the order an operator fixes them; each failure names
+    its column."""
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT COLUMN_NAME, LOWER(DATA_TYPE), LOWER(COLUMN_TYPE), IS_NULLABLE, "
+            "CHARACTER_MAXIMUM_LENGTH, NUMERIC_PRECISION, NUMERIC_SCALE "
+            "FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s "
+            "ORDER BY ORDINAL_POSITION",
+            (cfg.schema, cfg.table),
+        )
+        rows = cur.fetchall()
+        if not rows:
+            raise SourceSchemaError(
+                f"table {cfg.name} does not exist in MySQL (or the user cannot SELECT it)"
+            )
+        columns = [
+            SourceColumn(
+                name=r[0],
+                data_type=r[1],
+                column_type=r[2],
+                nullable=r[3] == "YES",
+                char_length=r[4],
+                precision=r[5],
+                scale=r[6],
+            )
+            for r in rows
+        ]
+        columns = _drop_excluded(cfg, columns)
+        by_name = {c.name.lower(): c for c in columns}
+        for c in columns:
+            column_type(c)  # raises for a type we cannot carry
+        cursor_col = by_name.get(cfg.cursor.lower())
+        if cursor_col is None:
+            temporal = [c.name for c in columns if c.data_type in TEMPORAL]
+            raise SourceSchemaError(
+                f"table {cfg.name} has no cursor column {cfg.cursor!r} "
+                f"(its date/time columns: {', '.join(temporal) or 'none'})"
+            )
+        if cursor_col.data_type not in TEMPORAL:
+            raise SourceSchemaError(
+                f"table {cfg.name}: cursor column {cursor_col.name!r} is {cursor_col.column_type}, "
+                "expected DATETIME, TIMESTAMP or DATE"
+            )
+        if cfg.primary_key:
+            missing = [k for k in cfg.primary_key if k.lower() not in by_name]
+            if missing:
+                raise SourceSchemaError(
+                    f"table {cfg.name}: primary_key column(s) {missing} do not exist"
+                )
+            pk = tuple(by_name[k.lower()].name for k in cfg.primary_key)
+            nullable = [k for k in pk if by_name[k.lower()].nullable]
+            if nullable:
+                raise SourceSchemaError(
+                    f"table {cfg.name}: primary_key column(s) {nullable} allow NULL, and a NULL "
+                    "key cannot be ordered or compared, so rows would be skipped at chunk "
+                    "boundaries: use NOT NULL columns (the table's primary key or a NOT NULL "
+                    "unique key)"
+                )
+        else:
+            cur.execute(
+                "SELECT COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s "
+                "AND TABLE_NAME = %s AND INDEX_NAME = 'PRIMARY' ORDER BY SEQ_IN_INDEX",
+                (cfg.schema, cfg.table),
+            )
+            pk = tuple(r[0] for r in cur.fetchall())
+            if not pk:
+                raise SourceSchemaError(
+                    f"table {cfg.name} has no primary key: set primary_key in tables.yaml to "
+                    "columns that identify a row"
+                )
+            hidden = [k for k in pk if k.lower() not in by_name]
+            if hidden:
+                raise SourceSchemaError(
+                    f"table {cfg.name}: exclude_columns names primary key column(s) {hidden}: "
+                    "s3rs needs the key to checkpoint and merge rows"
+                )
+        cur.execute(
+            "SELECT COUNT(*) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = %s "
+            "AND TABLE_NAME = %s AND COLUMN_NAME = %s AND SEQ_IN_INDEX = 1",
+            (cfg.schema, cfg.table, cursor_col.name),
+        )
+        indexed = cur.fetchone()[0] > 0
+    return SourceTable(cfg.schema, cfg.table, columns, pk, cursor_col.name, indexed)
+
+
+def check_clock(conn: pymysql.connections.Connection, src: SourceTable) -> str:
+    """Compare MySQL's time zone with S3RS_SOURCE_TIMEZONE before a run reads anything.
+
+    A mismatch that moves the safety bound or the partition windows raises ConfigError
+    naming both: a TIMESTAMP cursor (read as UTC, clock.py) under a zone that is not UTC,
+    and a DATETIME cursor MySQL stamps itself (DEFAULT / ON UPDATE CURRENT_TIMESTAMP, in the
+    server's zone) under another zone. A DATETIME cursor the application writes is in the
+    configured zone by definition: a different server zone is returned as a warning (it
+    matters if the application writes NOW() into it). "" when the zones agree."""
+    configured = source_timezone()
+    cursor = next(c for c in src.columns if c.name == src.cursor)
+    if cursor.data_type == "timestamp":
+        if not is_utc(configured):
+            raise ConfigError(
+                f"table {src.schema}.{src.table}: cursor column {src.cursor!r} is a TIMESTAMP, "
+                f"read as UTC instants, but S3RS_SOURCE_TIMEZONE is {configured!r}: partition "
+                "windows and the safety bound would be off by that zone's offset. Set "
+                "S3RS_SOURCE_TIMEZONE=UTC (TIMESTAMP cursors need no other zone)"
+            )
+        return ""
+    with conn.cursor() as cur:
+        cur.execute("SELECT @@global.time_zone, @@system_time_zone, UTC_TIMESTAMP()")
+        server_tz, system_tz, now = cur.fetchone()
+        instants = sample_instants(now)
+        cur.execute(
+            "SELECT "
+            + ", ".join(
+                "TIMESTAMPDIFF(SECOND, %s, CONVERT_TZ(%s, '+00:00', @@global.time_zone))"
+                for _ in instants
+            ),
+            [v for t in instants for v in (t, t)],
+        )
+        server = [None if v is None else timedelta(seconds=int(v)) for v in cur.fetchone()]
+        cur.execute(
+            "SELECT LOWER(CONCAT(COALESCE(COLUMN_DEFAULT, ''), ' ', EXTRA)) "
+            "FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s "
+            "AND COLUMN_NAME = %s",
+            (src.schema, src.table, src.cursor),
+        )
+        row = cur.fetchone()
+    if server == offsets(configured, instants):
+        return ""
+    stamped = row is not None and "current_timestamp" in row[0]
+    zones = (
+        f"MySQL's @@time_zone is {server_tz!r} (@@system_time_zone {system_tz!r}) but "
+        f"S3RS_SOURCE_TIMEZONE is {configured!r}"
+    )
+    if stamped:
+        raise ConfigError(
+            f"table {src.schema}.{src.table}: {zones}. Its cursor column {src.cursor!r} is "
+            "stamped by MySQL (DEFAULT / ON UPDATE CURRENT_TIMESTAMP) in the server's zone, "
+            "so the safety bound and the partition windows would be off by the difference "
+            "and rows could be skipped. Set S3RS_SOURCE_TIMEZONE to the server's zone; "
+            "nothing was read"
+        )
+    return (
+        f"table {src.schema}.{src.table}: {zones}; the cursor column {src.cursor!r} is read "
+        f"as {configured} wall-clock time. If the application writes it with NOW(), "
+        "set S3RS_SOURCE_TIMEZONE to the server's zone"
+    )
+
+
+def _drop_excluded(cfg: TableConfig, columns: list[SourceColumn]) -> list[SourceColumn]:
+    """`columns` without the table's `exclude_columns`; an excluded name MySQL does not
+    know is a configuration error (a typo would otherwise copy the secret it meant to
+    keep out). Excluded columns are not type-checked: excluding one is also how a column
+    of a type s3rs cannot carry is left behind."""
+    if not cfg.exclude_columns:
+        return columns
+    known = {c.name.lower() for c in columns}
+    unknown = [n for n in cfg.exclude_columns if n.lower() not in known]
+    if unknown:
+        raise SourceSchemaError(
+            f"table {cfg.name}: exclude_columns names column(s) {unknown} that the table does "
+            f"not have (its columns: {', '.join(c.name for c in columns)})"
+        )
+    drop = {n.lower() for n in cfg.exclude_columns}
+    return [c for c in columns if c.name.lower() not in drop]

@@ -1,0 +1,106 @@
+"""Zero-in-date cursor values never stop a table (issue 16 item 6).
+
+MariaDB's default sql_mode accepts '2025-03-00 10:00:00' (and '2025-00-15', '0000-00-00').
+pymysql returns such a value as a string, so a position built from it failed validation and
+every sync of the table stopped before reading anything. Now the keyset reads skip them
+(`KeyColumns.readable`) and `source_counts` counts them with the zero dates: the rest of
+the table syncs exactly and the count shows in the metadata, the warnings and
+`watermark get`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import dagster as dg
+import psycopg
+import pytest
+
+from s3rs_assets.cli.watermark import render_record
+from s3rs_assets.io_manager import store_for
+from s3rs_assets.source import describe, first_row, plan_chunk
+from s3rs_assets.source.probes import zero_in_date_ranges
+from s3rs_assets.watermark import Position
+from s3rs_assets_tests.helpers import resources, sync, table_cfg
+
+#: cursor values no position can hold, in every place they sort: before the start, between
+#: two real days of a synced window, between two months, at the end of a year
+ZERO_IN_DATE = ["0000-00-00", "2025-00-15", "2025-03-00 10:00:00", "2025-03-00", "2025-02-00",
+                "2025-13-00"]
+
+
+@pytest.mark.parametrize("cursor", ["DATETIME(6)", "DATE"])
+def test_zero_in_date_cursors_are_counted_and_the_rest_syncs(
+    dropping_conn, mysql_db, mysql_url, pg_url, s3_resource, spark_resource, cursor
+):
+    conn = dropping_conn
+    name = f"zero_in_date_{cursor.split('(')[0].lower()}"
+    with conn.cursor() as cur:
+        cur.execute("SET SESSION sql_mode = ''")
+        cur.execute(f"CREATE TABLE `{name}` (id INT NOT NULL PRIMARY KEY, update_at {cursor} "
+                    "NULL, note VARCHAR(10), KEY (update_at))")
+        conn.made.append(name)
+        good = [(i, f"2025-02-{27 + i % 2} {10 + i % 3}:00:00") for i in range(20)]
+        good += [(i, f"2025-03-01 0{i % 3}:00:00") for i in range(20, 30)]
+        bad = [(100 + i, v) for i, v in enumerate(ZERO_IN_DATE)]
+        for i, v in good + bad:
+            cur.execute(f"INSERT INTO `{name}` VALUES (%s, %s, %s)", (i, v, f"n{i}"))
+        cur.execute(f"SELECT COUNT(*) FROM `{name}` WHERE MONTH(update_at) = 0 "
+                    "OR DAYOFMONTH(update_at) = 0")
+        zeros = cur.fetchone()[0]  # '2025-13-00' is refused even in lax mode: stored as 0
+    assert zeros == len(ZERO_IN_DATE)
+    cfg = table_cfg(mysql_db, name, cursor="update_at", chunk_rows=4,
+                    target=f"dw_zero.{name}")
+
+    # the probes never see them, from any start
+    src = describe(conn, cfg)
+    upper = datetime(2025, 3, 2)
+    assert first_row(conn, src, Position(c=datetime(2025, 2, 28, 23)), upper).c == \
+        datetime(2025, 3, 1)
+    pos, planned = Position(c=datetime(2025, 1, 1)), 0
+    while plan := plan_chunk(conn, src, pos, upper, 4, 2):
+        planned, pos = planned + plan.rows, plan.end
+    assert planned == len(good)
+
+    res = resources(mysql_url, s3_resource, spark_resource, pg_url)
+    with dg.instance_for_test() as instance:
+        result = sync(cfg, res, start="2025-02-26", end="2025-03-01", instance=instance)
+    assert result.success
+    (backup,) = [m for m in result.get_asset_materialization_events()
+                 if m.asset_key.path[-1] == "s3_parquet"][-1:]
+    assert backup.materialization.metadata["zero_date_cursor_rows"].value == zeros
+
+    with conn.cursor() as cur:
+        cur.execute(f"SELECT id, update_at, note FROM `{name}` WHERE NOT (MONTH(update_at) = 0 "
+                    "OR DAYOFMONTH(update_at) = 0) ORDER BY id")
+        mine = [tuple(r) for r in cur.fetchall()]
+    with psycopg.connect(pg_url) as pg:
+        theirs = [tuple(r) for r in pg.execute(
+            f"SELECT id, update_at, note FROM dw_zero.{name} ORDER BY id").fetchall()]
+    assert theirs == mine and len(mine) == len(good)
+
+    rec = store_for(s3_resource).read(cfg.name, fresh=True)
+    assert rec.source_counts.zero_date_cursor == zeros
+    assert any(f"{zeros} row(s) have a zero-date cursor" in w
+               for w in rec.source_counts.warnings(cfg.name))
+    assert f"zero-date cursor:       {zeros}" in render_record(rec, cfg)
+
+
+def test_zero_in_date_ranges_are_index_ranges(mysql_conn):
+    """The count between start and the bound is a range scan, never a scan of the rows."""
+    with mysql_conn.cursor() as cur:
+        cur.execute("CREATE TEMPORARY TABLE zr (id INT PRIMARY KEY, c DATETIME, KEY (c))")
+        cur.execute("SET SESSION sql_mode = ''")
+        cur.execute("INSERT INTO zr VALUES (1, '2025-03-00 10:00'), (2, '2025-03-01'), "
+                    "(3, '2024-00-05'), (4, '2026-07-00'), (5, '2024-12-31 23:59:59')")
+        where = zero_in_date_ranges("c", datetime(2024, 1, 1), datetime(2026, 1, 1))
+        cur.execute(f"SELECT id FROM zr WHERE {where} ORDER BY id")
+        assert [r[0] for r in cur.fetchall()] == [1]
+        where = zero_in_date_ranges("c", datetime(2023, 1, 1), datetime(2027, 1, 1))
+        cur.execute(f"SELECT id FROM zr WHERE {where} ORDER BY id")
+        assert [r[0] for r in cur.fetchall()] == [1, 3, 4]
+        cur.execute("INSERT INTO zr SELECT seq + 10, '2025-05-05' + INTERVAL seq MINUTE "
+                    "FROM seq_1_to_5000")
+        cur.execute("ANALYZE TABLE zr")
+        cur.execute(f"EXPLAIN SELECT COUNT(*) FROM zr WHERE {where}")
+        assert cur.fetchone()[3] == "range"
