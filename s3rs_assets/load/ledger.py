@@ -55,6 +55,7 @@ from s3rs_assets.load.sql import (
     ledger_discard_stale_sql,
     ledger_files_sql,
     ledger_insert_sql,
+    ledger_loaded_since_sql,
     ledger_lookup_sql,
     ledger_partitions_sql,
     ledger_summary_sql,
@@ -339,3 +340,11 @@ def ledger_versions(warehouse: WarehouseResource, schema: str, table: str) -> se
     check_identifier(table, "warehouse table")
     with warehouse.connection(autocommit=True) as conn:
         return {(key, md5) for key, md5, _ in current_ledger(conn, schema, table)}
+
+
+def loaded_since(warehouse: WarehouseResource, target: LoadTarget, since: datetime) -> set[str]:
+    """The partitions of `target` with files loaded at or after `since` (naive UTC, like
+    `loaded_at`): what a run that started then moved rows into, from the ledger."""
+    with warehouse.connection(autocommit=True) as conn:
+        rows = conn.query(ledger_loaded_since_sql(target.schema), (target.table, since))
+    return {key for (key,) in rows}

@@ -243,6 +243,15 @@ def ledger_files_sql(schema: str, by_partition: bool, scope: LedgerScope = "iden
     return sql + ' ORDER BY "loaded_at", "file_key"'
 
 
+def ledger_loaded_since_sql(schema: str) -> str:
+    """The partition keys of one table's files loaded at or after a time: the partitions a
+    run moved rows into (checks.matches_mysql)."""
+    return (
+        f'SELECT DISTINCT "partition_key" FROM {pg_table(schema, LEDGER_TABLE)} '
+        'WHERE "table_name" = %s AND "loaded_at" >= %s'
+    )
+
+
 # ------------------------------------------------------------------------ stage, COPY
 
 
