@@ -279,9 +279,12 @@ def redshift_copy_sql(manifest_url: str, iam_role: str, table: str = STAGE_TABLE
     )
 
 
-def postgres_copy_sql(target: LoadTarget) -> str:
+def postgres_copy_sql(target: LoadTarget, direct: bool = False) -> str:
+    """COPY into the staging table, or with `direct` into the target itself (a partition
+    never loaded: transaction.py)."""
     cols = column_list(target.column_names)
-    return f"COPY {pg_quote(STAGE_TABLE)} ({cols}) FROM STDIN (FORMAT binary)"
+    into = pg_table(target.schema, target.table) if direct else pg_quote(STAGE_TABLE)
+    return f"COPY {into} ({cols}) FROM STDIN (FORMAT binary)"
 
 
 def stage_fill_sql(columns: Sequence[str], source: str) -> str:
