@@ -29,6 +29,7 @@ from s3rs_assets.names import (
     asset_key,
     group_name,
     job_name,
+    kinds,
     pool_name,
 )
 from s3rs_assets.partitions import partitions_def, window
@@ -199,7 +200,7 @@ def build_table_assets(table: TableConfig) -> list[dg.AssetsDefinition]:
         backfill_policy=dg.BackfillPolicy.single_run(),
         io_manager_key=IO_MANAGER_KEY,
         group_name=group_name(table),
-        kinds={"mysql", "spark", "s3", "parquet"},
+        kinds=kinds(table, "mysql", "parquet"),
         pool=pool_name(table),
         retry_policy=RETRY_POLICY,
         op_tags=tags,

@@ -23,6 +23,7 @@ from s3rs_assets.names import (
     TABLE_TAG,
     asset_key,
     group_name,
+    kinds,
     pool_name,
 )
 from s3rs_assets.resources import MySQLResource, S3Resource
@@ -140,7 +141,7 @@ def build_redshift_asset(
         backfill_policy=dg.BackfillPolicy.single_run(),
         io_manager_key=IO_MANAGER_KEY,
         group_name=group_name(table),
-        kinds={"redshift", "s3"},
+        kinds=kinds(table, "redshift"),
         pool=pool_name(table),
         retry_policy=RETRY_POLICY,
         op_tags={TABLE_TAG: table.name},

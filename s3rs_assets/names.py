@@ -7,7 +7,10 @@ the asset factory to find them.
 
 from __future__ import annotations
 
-from typing import Literal
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
 
 import dagster as dg
 
@@ -28,6 +31,9 @@ WATERMARK_METADATA_KEY = "s3rs/watermark"
 WATERMARK_BACKUP_METADATA_KEY = "s3rs/watermark_backup"
 #: Run-level materialization metadata of both assets: how many retries the run needed.
 RETRIES_METADATA_KEY = "retries"
+#: The one materialization metadata entry (JSON) holding every raw figure behind the few
+#: formatted entries the UI shows first (stage_results.py); read it with `metadata_facts`.
+DETAILS_METADATA_KEY = "details"
 #: Both assets' Dagster retry policy, for steps that still failed with a transient error
 #: after retrying it where it happened (retry.py; stage_results.dagster_step lets no other
 #: error reach it).
@@ -56,6 +62,21 @@ REPOSITORY_LABEL = f"__repository__@{CODE_LOCATION}"
 #: constants by the public API).
 RANGE_START_TAG = "dagster/asset_partition_range_start"
 RANGE_END_TAG = "dagster/asset_partition_range_end"
+#: Dagster's run tag of a one-partition run (shown in the runs list).
+PARTITION_TAG = "dagster/partition"
+#: Run tag naming a run's partitions for people: the runs list shows user tags and
+#: `dagster/partition`, but hides Dagster's range tags.
+PARTITIONS_TAG = "s3rs/partitions"
+
+
+def metadata_facts(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """A materialization's figures as plain values: its entries, with the raw numbers of
+    `details` (`rows` as 1234, not the "1,234" shown) taking precedence."""
+    plain = {k: getattr(v, "value", v) for k, v in metadata.items()}
+    details = plain.pop(DETAILS_METADATA_KEY, None)
+    if isinstance(details, str):
+        details = json.loads(details)
+    return {**plain, **(details or {})}
 
 
 def _parts(table: TableConfig | str) -> tuple[str, str]:
@@ -78,9 +99,33 @@ def group_name(table: TableConfig | str) -> str:
     return f"{schema}__{name}"
 
 
+def kinds(table: TableConfig | str, *technologies: str) -> set[str]:
+    """An asset's kinds: its technologies and the table's name. The Dagster UI labels a node
+    with the key's last part (`s3_parquet`); its kind tags are what names the table on every
+    node and asset row (and a click on one selects both assets of the table)."""
+    _, name = _parts(table)
+    table_kind = re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:63]  # Dagster's tag-key rules
+    return {*technologies, table_kind}
+
+
 def job_name(table: TableConfig | str) -> str:
     schema, name = _parts(table)
     return f"{schema}__{name}__sync"
+
+
+def run_tags(table: TableConfig | str, partition_keys: Sequence[str]) -> dict[str, str]:
+    """The tags of a run of `table` over `partition_keys` (oldest first), whatever launches
+    it (the CLI, the sensors): the table and its partitions in the runs list, and the
+    partition or single-run range Dagster executes."""
+    schema, name = _parts(table)
+    tags = {TABLE_TAG: f"{schema}.{name}"}
+    keys = list(partition_keys)
+    if len(keys) == 1:
+        tags[PARTITION_TAG] = keys[0]  # shown by the runs list as it is
+    elif keys:
+        tags[RANGE_START_TAG], tags[RANGE_END_TAG] = keys[0], keys[-1]
+        tags[PARTITIONS_TAG] = f"{keys[0]} .. {keys[-1]} ({len(keys)})"
+    return tags
 
 
 def pool_name(table: TableConfig | str) -> str:

@@ -17,7 +17,7 @@ from typing import Any
 
 from s3rs_assets import logs
 from s3rs_assets.config import TableConfig
-from s3rs_assets.names import RETRIES_METADATA_KEY
+from s3rs_assets.names import RETRIES_METADATA_KEY, metadata_facts
 from s3rs_assets.watermark import WatermarkRecord
 
 log = logging.getLogger("s3rs.cli")
@@ -47,9 +47,9 @@ def run_retries(result: Any) -> int:
     total, found = 0, False
     with contextlib.suppress(Exception):  # best effort: a count for people
         for ev in result.get_asset_materialization_events():
-            value = ev.materialization.metadata.get(RETRIES_METADATA_KEY)
+            value = metadata_facts(ev.materialization.metadata).get(RETRIES_METADATA_KEY)
             if value is not None:
-                total += int(value.value)
+                total += int(value)
                 found = True
         if not found:
             total = sum(
@@ -142,7 +142,7 @@ def run_timings(result: Any, monitor: SyncMonitor) -> RunTimings:
     with contextlib.suppress(Exception):  # a summary for people; never fails the sync
         for ev in result.get_asset_materialization_events():
             mat = ev.materialization
-            md = mat.metadata
+            md = metadata_facts(mat.metadata)  # the run's figures sit in `details`
             seconds = _value(md, "run_seconds")
             if seconds is None:
                 continue  # not the run's last partition

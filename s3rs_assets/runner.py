@@ -14,13 +14,12 @@ import dagster as dg
 
 from s3rs_assets.errors import ConfigError
 from s3rs_assets.names import (
-    RANGE_END_TAG,
-    RANGE_START_TAG,
     REPOSITORY_LABEL,
     REPOSITORY_TAG,
-    TABLE_TAG,
     asset_key,
+    run_tags,
 )
+from s3rs_assets.partitions import partitions_def
 from s3rs_assets.work import SyncPlan
 
 DEFINITIONS_MODULE = "s3rs_assets.definitions"
@@ -84,10 +83,11 @@ def execute(
         run_config = {"ops": {op: {"config": {"limit": limit}}}}
     if loggers:
         run_config["loggers"] = loggers
+    keys = partitions_def(plan.table).get_partition_keys_in_range(
+        dg.PartitionKeyRange(plan.start, plan.end)
+    )
     tags = {
-        RANGE_START_TAG: plan.start,
-        RANGE_END_TAG: plan.end,
-        TABLE_TAG: plan.table.name,
+        **run_tags(plan.table, keys),  # the table and its partitions, as every launcher
         REPOSITORY_TAG: REPOSITORY_LABEL,  # linked to the code location in the UI
         **(extra_tags or {}),
     }

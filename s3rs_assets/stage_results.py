@@ -9,6 +9,9 @@ Metadata is per partition, through the public `AssetExecutionContext.add_asset_m
 so the Dagster UI tells the truth for each one (a range run records one materialization
 per partition):
 
+* each materialization shows a few formatted facts first (rows, files, size, cursor range,
+  status, seconds, rows not yet synced) and folds every raw figure into one `details` entry
+  (`names.metadata_facts` reads them back);
 * every partition of the run gets its own figures: "nothing to do" (`backup_quiet` /
   `load_quiet`), what happened there (`backup_partition_metadata` /
   `load_partition_metadata`), or "not reached" when a `--limit` ran out before it;
@@ -30,6 +33,7 @@ import dagster as dg
 
 from s3rs_assets.backup import PartitionRun
 from s3rs_assets.names import (
+    DETAILS_METADATA_KEY,
     RETRIES_METADATA_KEY,
     WATERMARK_BACKUP_METADATA_KEY,
     WATERMARK_METADATA_KEY,
@@ -142,13 +146,49 @@ def record_failure(store: WatermarkStore, table: str, stage: str, error: Excepti
 
 
 # ------------------------------------------------------------------------- metadata
+# The UI lists a materialization's entries in the order given, the IO manager's first: a
+# few formatted facts a person looks for (rows, files, size, cursor range, status,
+# seconds, what waits), then `details` (every raw figure, for tests, the CLI and people
+# who dig; `names.metadata_facts` reads both), then the watermark snapshot (a recovery
+# source) on the run's last partition.
+
+
+def count(n: int) -> str:
+    return f"{n:,}"
+
+
+def size(n: int) -> str:
+    """Bytes for people: 2,779 -> "2.7 KiB"."""
+    value, unit = float(n), "bytes"
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            break
+        value /= 1024
+    return f"{n:,} bytes" if unit == "bytes" else f"{value:,.1f} {unit}"
+
+
+def seconds(s: float) -> str:
+    return f"{s:,.1f} s"
+
+
+def _text(**entries: str) -> Metadata:
+    return {k: dg.MetadataValue.text(v) for k, v in entries.items()}
+
+
+def _details(figures: dict[str, Any]) -> Metadata:
+    return {DETAILS_METADATA_KEY: dg.MetadataValue.json(figures)}
 
 
 def save_metadata(result: UpdateResult, backups: SaveInfo | None = None) -> Metadata:
-    """Where a save (and its copies) landed, and the recovery its read needed: small, as
-    the IO manager's output metadata goes on every partition of the run."""
+    """Where a save and its copies landed, in one line (the IO manager's output metadata:
+    on every partition, listed first); the recovery its read needed, when it needed one."""
     save = result.save.merged(backups) if backups is not None else result.save
-    md: Metadata = {"watermark_save": dg.MetadataValue.json(save.as_metadata())}
+    line = f"{', '.join(sorted(save.written)) or 'nothing'} written"
+    if save.cas_rounds > 1:
+        line += f" ({save.cas_rounds} compare-and-swap rounds)"
+    if save.failed:
+        line += "; FAILED: " + "; ".join(f"{k}: {v}" for k, v in sorted(save.failed.items()))
+    md: Metadata = {"watermark_saved": dg.MetadataValue.text(line)}
     if result.recovery is not None:
         md["watermark_recovery"] = dg.MetadataValue.json(result.recovery.as_metadata())
     return md
@@ -159,16 +199,14 @@ NOT_REACHED = "not reached: the row limit ran out first; the next sync reads it"
 
 def not_reached() -> Metadata:
     """A partition of the run that a `--limit` stopped before (nothing known of it)."""
-    return {"status": dg.MetadataValue.text(NOT_REACHED)}
+    return _text(status=NOT_REACHED)
 
 
 def backup_quiet() -> Metadata:
     """A partition the run found complete and empty: nothing read, nothing written."""
     return {
-        "rows": dg.MetadataValue.int(0),
-        "files": dg.MetadataValue.int(0),
-        "bytes": dg.MetadataValue.int(0),
-        "status": dg.MetadataValue.text("complete"),
+        **_text(rows="0", files="0", size="0 bytes", status="complete"),
+        **_details({"rows": 0, "files": 0, "bytes": 0}),
     }
 
 
@@ -176,18 +214,30 @@ def backup_partition_metadata(run: PartitionRun, record: WatermarkRecord) -> Met
     state = record.partitions.get(run.partition_key)
     status = run.status
     if status != "complete":
-        status = "partial: the next sync reads on from cursor_to"
+        status = "partial: the next sync reads on from the cursor range's end"
+    written = sum(f.bytes for f in run.files)
+    start = str(run.cursor_from) if run.cursor_from else "the partition's start"
+    end = str(run.cursor_to) if run.cursor_to else "-"
     return {
-        "rows": dg.MetadataValue.int(run.rows),
-        "files": dg.MetadataValue.int(len(run.files)),
-        "bytes": dg.MetadataValue.int(sum(f.bytes for f in run.files)),
-        "chunks": dg.MetadataValue.int(run.chunks),
-        "cursor_from": dg.MetadataValue.text(str(run.cursor_from) if run.cursor_from else "-"),
-        "cursor_to": dg.MetadataValue.text(str(run.cursor_to) if run.cursor_to else "-"),
-        "status": dg.MetadataValue.text(status),
-        "seconds": dg.MetadataValue.float(round(run.seconds, 3)),
-        "recomputed": dg.MetadataValue.bool(run.recomputed),
-        "partition_rows_total": dg.MetadataValue.int(state.rows if state else 0),
+        **_text(
+            rows=count(run.rows),
+            files=count(len(run.files)),
+            size=size(written),
+            cursor_range=f"{start} .. {end}",
+            status=status + (" (read again from its start)" if run.recomputed else ""),
+            seconds=seconds(run.seconds),
+        ),
+        **_details({
+            "rows": run.rows,
+            "files": len(run.files),
+            "bytes": written,
+            "chunks": run.chunks,
+            "cursor_from": str(run.cursor_from) if run.cursor_from else "-",
+            "cursor_to": end,
+            "seconds": round(run.seconds, 3),
+            "recomputed": run.recomputed,
+            "partition_rows_total": state.rows if state else 0,
+        }),
     }
 
 
@@ -195,49 +245,77 @@ def backup_is_quiet(run: PartitionRun) -> bool:
     return run.rows == 0 and not run.files and run.status == "complete" and not run.recomputed
 
 
-def backup_run_metadata(out: BackupOutput, record: WatermarkRecord) -> Metadata:
-    """The run-level summary and the backup side of the record (last partition only)."""
+#: What a run adds to its last partition: entries shown, raw figures (into `details`),
+#: entries kept last (the watermark snapshot).
+RunMetadata = tuple[Metadata, dict[str, Any], Metadata]
+
+
+def backup_run_metadata(out: BackupOutput, record: WatermarkRecord) -> RunMetadata:
+    """The run's summary and what waits (shown), its raw figures (for `details`) and the
+    backup side of the record (last partition only)."""
     rows = out.rows
     read = max(0.0, out.seconds - out.spark_seconds)
+    rate = round(rows / read, 1) if read > 0 else 0.0
     partial = [r.partition_key for r in out.runs if r.status != "complete"]
-    return {
-        "run_partitions": dg.MetadataValue.int(len(out.runs)),
-        "run_rows": dg.MetadataValue.int(rows),
-        "run_files": dg.MetadataValue.int(sum(len(r.files) for r in out.runs)),
-        "run_seconds": dg.MetadataValue.float(round(out.seconds, 3)),
+    files = sum(len(r.files) for r in out.runs)
+    retries = out.retries.total + out.step_retries
+    line = (
+        f"{count(rows)} rows, {count(files)} files in {len(out.runs)} partition(s): "
+        f"{seconds(out.seconds)} ({seconds(read)} reading at {count(round(rate))} rows/s, "
+        f"Spark start-up {seconds(out.spark_seconds)})"
+    )
+    if retries:
+        line += f"; {retries} retries"
+    shown = _text(run=line)
+    found = out.anomalies
+    waiting = []  # rows a later sync reads, said as `matches_mysql` says them
+    if found.above_bound:
+        waiting.append(f"{count(found.above_bound)} at or above the safety bound "
+                       f"{iso(out.bound.upper)}: read once the bound passes them")
+    if found.future:
+        waiting.append(f"{count(found.future)} dated after MySQL's clock "
+                       f"(latest {iso(found.latest_future)})")
+    if waiting:
+        shown["rows_not_yet_synced"] = dg.MetadataValue.text("; ".join(waiting))
+    never = [w for w in found.warnings(out.table) if "never copied" in w]
+    if never:
+        shown["rows_never_synced"] = dg.MetadataValue.text("; ".join(never))
+    if out.skipped:
+        shown["not_reached"] = dg.MetadataValue.text(", ".join(out.skipped))
+    figures = {
+        "run_partitions": len(out.runs),
+        "run_rows": rows,
+        "run_files": files,
+        "run_seconds": round(out.seconds, 3),
         # the rate of the reading: the step's time less Spark's start-up (shown apart), so
         # a small run does not read as slow because a JVM started
-        "run_read_seconds": dg.MetadataValue.float(round(read, 3)),
-        "run_rows_per_second": dg.MetadataValue.float(round(rows / read, 1) if read > 0 else 0.0),
-        "spark_startup_seconds": dg.MetadataValue.float(round(out.spark_seconds, 3)),
-        **retry_metadata(out.retries, out.step_retries),
+        "run_read_seconds": round(read, 3),
+        "run_rows_per_second": rate,
+        "spark_startup_seconds": round(out.spark_seconds, 3),
+        **retry_figures(out.retries, out.step_retries),
         # a Spark Connect server shows the same application id in every run attached to it
-        "spark_application": dg.MetadataValue.text(out.spark_app or "-"),
-        "run_partial_partitions": dg.MetadataValue.json(partial),
-        "skipped_partitions": dg.MetadataValue.json(out.skipped),
-        "zero_dates_as_null": dg.MetadataValue.int(out.zero_dates),
-        **{k: dg.MetadataValue.int(v) for k, v in out.anomalies.metadata().items()},
-        "latest_future_cursor": dg.MetadataValue.text(iso(out.anomalies.latest_future) or "-"),
-        "safety_bound": dg.MetadataValue.json(out.bound.metadata()),
-        "table_rows_extracted": dg.MetadataValue.int(record.mysql_rows_extracted),
-        "table_s3_file_count": dg.MetadataValue.int(record.s3_file_count),
-        "last_mysql_data_timestamp": dg.MetadataValue.text(
-            iso(record.last_mysql_data_timestamp) or "-"
-        ),
-        WATERMARK_BACKUP_METADATA_KEY: dg.MetadataValue.json(backup_side(record)),
-        **(
-            {"watermark_recovery": dg.MetadataValue.json(out.recovery)} if out.recovery else {}
-        ),
+        "spark_application": out.spark_app or "-",
+        "run_partial_partitions": partial,
+        "skipped_partitions": out.skipped,
+        "zero_dates_as_null": out.zero_dates,
+        **out.anomalies.metadata(),
+        "latest_future_cursor": iso(out.anomalies.latest_future) or "-",
+        "safety_bound": out.bound.metadata(),
+        "table_rows_extracted": record.mysql_rows_extracted,
+        "table_s3_file_count": record.s3_file_count,
+        "last_mysql_data_timestamp": iso(record.last_mysql_data_timestamp) or "-",
     }
+    if out.recovery:
+        shown["watermark_recovery"] = dg.MetadataValue.json(out.recovery)
+    kept = {WATERMARK_BACKUP_METADATA_KEY: dg.MetadataValue.json(backup_side(record))}
+    return shown, figures, kept
 
 
-def retry_metadata(retries: Retries, step_retries: int) -> Metadata:
+def retry_figures(retries: Retries, step_retries: int) -> dict[str, Any]:
     """`retries`: every retry the run needed (in the step, and Dagster's of the step)."""
     return {
-        RETRIES_METADATA_KEY: dg.MetadataValue.int(retries.total + step_retries),
-        "retry_details": dg.MetadataValue.json(
-            {**retries.metadata(), "dagster_step_retries": step_retries}
-        ),
+        RETRIES_METADATA_KEY: retries.total + step_retries,
+        "retry_details": {**retries.metadata(), "dagster_step_retries": step_retries},
     }
 
 
@@ -257,41 +335,66 @@ def backup_side(record: WatermarkRecord) -> dict[str, Any]:
 
 def load_quiet() -> Metadata:
     return {
-        "files_loaded": dg.MetadataValue.int(0),
-        "rows_inserted": dg.MetadataValue.int(0),
-        "rows_staged": dg.MetadataValue.int(0),
+        **_text(rows="0", files="0", loaded="nothing to load"),
+        **_details({"files_loaded": 0, "rows_inserted": 0, "rows_staged": 0}),
     }
 
 
 def load_partition_metadata(load: PartitionLoad) -> Metadata:
-    md: Metadata = {k: v for k, v in load.stats.items() if isinstance(v, int | float | str)}
-    md["ledger_files"] = len(load.ledger)
-    md["ledger_rows"] = sum(f.rows for f in load.ledger.values())
-    return md
+    st = load.stats
+    figures: dict[str, Any] = {k: v for k, v in st.items() if isinstance(v, int | float | str)}
+    figures["ledger_files"] = len(load.ledger)
+    figures["ledger_rows"] = sum(f.rows for f in load.ledger.values())
+    loaded = (
+        f"{count(st.get('files_loaded', 0))} file(s), {count(st.get('rows_staged', 0))} rows "
+        f"staged, {count(st.get('rows_inserted', 0))} inserted"
+    )
+    if st.get("files_skipped"):
+        loaded += f"; {count(st['files_skipped'])} file(s) already in the ledger"
+    shown = _text(
+        rows=count(figures["ledger_rows"]),
+        files=count(figures["ledger_files"]),
+        loaded=loaded,
+        size=size(int(st.get("bytes_loaded", 0))),
+        seconds=seconds(float(st.get("seconds", 0.0))),
+    )
+    if st.get("reloaded_reason"):
+        shown["reloaded"] = dg.MetadataValue.text(str(st["reloaded_reason"]))
+    return {**shown, **_details(figures)}
 
 
 def load_is_quiet(load: PartitionLoad) -> bool:
     return not load.ledger and not load.stats.get("files_loaded")
 
 
-def load_run_metadata(out: LoadOutput, record: WatermarkRecord) -> Metadata:
+def load_run_metadata(out: LoadOutput, record: WatermarkRecord) -> RunMetadata:
     stats = [p.stats for p in out.partitions.values()]
     staged = sum(s.get("rows_staged", 0) for s in stats)
-    return {
-        "run_partitions": dg.MetadataValue.int(len(out.partitions)),
-        "run_files_loaded": dg.MetadataValue.int(sum(s.get("files_loaded", 0) for s in stats)),
-        "run_rows_staged": dg.MetadataValue.int(staged),
-        "run_rows_inserted": dg.MetadataValue.int(sum(s.get("rows_inserted", 0) for s in stats)),
-        "run_seconds": dg.MetadataValue.float(round(out.seconds, 3)),
-        "run_rows_per_second": dg.MetadataValue.float(
-            round(staged / out.seconds, 1) if out.seconds else 0.0
-        ),
-        "target": dg.MetadataValue.text(out.target),
-        "dialect": dg.MetadataValue.text(out.dialect),
-        **retry_metadata(out.retries, out.step_retries),
-        "table_rows_loaded": dg.MetadataValue.int(record.redshift_rows_loaded),
-        WATERMARK_METADATA_KEY: dg.MetadataValue.json(record.model_dump(mode="json")),
+    inserted = sum(s.get("rows_inserted", 0) for s in stats)
+    files = sum(s.get("files_loaded", 0) for s in stats)
+    rate = round(staged / out.seconds, 1) if out.seconds else 0.0
+    retries = out.retries.total + out.step_retries
+    line = (
+        f"{count(staged)} rows staged, {count(inserted)} inserted from {count(files)} file(s) "
+        f"in {len(out.partitions)} partition(s) into {out.target}: {seconds(out.seconds)} "
+        f"({count(round(rate))} rows/s)"
+    )
+    if retries:
+        line += f"; {retries} retries"
+    figures = {
+        "run_partitions": len(out.partitions),
+        "run_files_loaded": files,
+        "run_rows_staged": staged,
+        "run_rows_inserted": inserted,
+        "run_seconds": round(out.seconds, 3),
+        "run_rows_per_second": rate,
+        "target": out.target,
+        "dialect": out.dialect,
+        **retry_figures(out.retries, out.step_retries),
+        "table_rows_loaded": record.redshift_rows_loaded,
     }
+    kept = {WATERMARK_METADATA_KEY: dg.MetadataValue.json(record.model_dump(mode="json"))}
+    return _text(run=line), figures, kept
 
 
 # --------------------------------------------------------------------------- publishing
@@ -334,4 +437,13 @@ def publish(
         run_md = load_run_metadata(out, record)
     for k in keys[:-1]:
         context.add_asset_metadata(per[k], partition_key=k)
-    context.add_asset_metadata({**per[keys[-1]], **run_md}, partition_key=keys[-1])
+    context.add_asset_metadata(with_run(per[keys[-1]], *run_md), partition_key=keys[-1])
+
+
+def with_run(part: Metadata, shown: Metadata, figures: dict[str, Any], kept: Metadata) -> Metadata:
+    """The last partition's entries: its own, the run's, one `details` for both, then the
+    snapshot."""
+    part = dict(part)
+    details = part.pop(DETAILS_METADATA_KEY, None)
+    merged = {**(details.value if details is not None else {}), **figures}
+    return {**part, **shown, **_details(merged), **kept}

@@ -9,7 +9,8 @@ and the watermark edits, and each fact comes from where it lives (DESIGN.md):
   ledger does not hold *for the target as it is now* (`load.ledger_versions`: a dropped,
   re-created or emptied target holds nothing). The watermark's copy of the ledger is never
   asked: it is a summary, and deciding from it is how a truncated target once stayed
-  "in sync";
+  "in sync". Where it disagrees with the ledger (a run killed after its load committed)
+  it is rewritten from it (`mirror_ledger`);
 * **lost files** — an unloaded manifest file that is no longer in S3 (`s3clean --force`, a
   lifecycle rule) cannot be loaded: its partition is dropped from the record, so the next
   backup reads its rows from MySQL again. What S3 holds is the truth for "extracted".
@@ -29,7 +30,7 @@ from s3rs_assets.config import TableConfig
 from s3rs_assets.load import ledger_versions
 from s3rs_assets.partitions import partition_keys, partitions_def, windows
 from s3rs_assets.source import check_clock, describe, safety_bound
-from s3rs_assets.watermark import FileEntry, WatermarkRecord
+from s3rs_assets.watermark import FileEntry, LoadState, WatermarkRecord
 from s3rs_assets.watermark.edits import first_incomplete
 
 Loaded = set[tuple[str, str]]  # (file key, md5) the warehouse ledger holds
@@ -171,6 +172,47 @@ def forget_lost(store: Any, table: str, lost: dict[str, list[str]]) -> Watermark
     return store.update(table, change).record
 
 
+def _held(record: WatermarkRecord, loaded: Loaded) -> dict[str, dict[str, FileEntry]]:
+    """Per partition, the manifest files the ledger holds: what the load mirror must say."""
+    out: dict[str, dict[str, FileEntry]] = {}
+    for key, state in record.partitions.items():
+        held = {f.key: f for f in state.files if (f.key, f.md5) in loaded}
+        if held:
+            out[key] = held
+    return out
+
+
+def mirror_ledger(
+    store: Any, table: str, record: WatermarkRecord | None, loaded: Loaded
+) -> WatermarkRecord | None:
+    """Make the record's load mirror say what the ledger holds, where it does not: a run
+    killed between its load commit and its record write leaves the ledger ahead of the
+    mirror, and no later load of those (loaded) files would correct it. One
+    compare-and-swap write when they differ, none when they agree."""
+
+    def differs(rec: WatermarkRecord) -> bool:
+        have = {k: set(s.files) for k, s in rec.loaded_partitions.items()}
+        return {k: set(v) for k, v in _held(rec, loaded).items()} != have
+
+    if record is None or not differs(record):
+        return record
+
+    def change(rec: WatermarkRecord) -> None:
+        held = _held(rec, loaded)
+        for key in set(rec.loaded_partitions) - set(held):
+            del rec.loaded_partitions[key]
+        for key, files in held.items():
+            mirror = rec.loaded_partitions.get(key)
+            if mirror is None or set(mirror.files) != set(files):
+                rec.loaded_partitions[key] = LoadState(
+                    files=sorted(files),
+                    rows=sum(f.rows for f in files.values()),
+                    md5={k: f.md5 for k, f in files.items()},
+                )
+
+    return store.update(table, change).record
+
+
 def prepare(
     table: TableConfig,
     mysql: Any,
@@ -195,6 +237,7 @@ def prepare(
         lost = lost_files(s3, table, unloaded(record, loaded))
         if lost:
             record = forget_lost(store, table.name, lost)
+        record = mirror_ledger(store, table.name, record, loaded)
     backup_work: list[str] = []
     found = Scan([], [])
     bound = None

@@ -14,6 +14,7 @@ import dagster as dg
 import pytest
 
 from s3rs_assets.io_manager import store_for
+from s3rs_assets.names import metadata_facts
 from s3rs_assets_tests.conftest import REPO
 from s3rs_assets_tests.helpers import (
     backup,
@@ -83,10 +84,12 @@ def test_ten_thousand_rows_on_five_timestamps(
     # what was written is exactly what the manifest lists: no stray or duplicate object
     prefix = s3_resource.key("data", mysql_db, "ext_ties", "2025-03-04")
     assert sorted(list_keys(s3_client, s3_resource.bucket, prefix)) == sorted(keys)
-    md = result.asset_materializations_for_node(f"{mysql_db}__ext_ties__s3_parquet")[0].metadata
-    assert md["rows"].value == 10_000
-    assert md["files"].value == len(keys)
-    assert md["status"].value == "complete"
+    md = metadata_facts(
+        result.asset_materializations_for_node(f"{mysql_db}__ext_ties__s3_parquet")[0].metadata
+    )
+    assert md["rows"] == 10_000
+    assert md["files"] == len(keys)
+    assert md["status"] == "complete"
     rec = store.read(cfg.name)
     assert rec.mysql_rows_extracted == 10_000 and rec.s3_file_count == len(keys)
     assert rec.mysql_status == "success"
@@ -274,8 +277,8 @@ def test_open_transaction_holding_an_older_timestamp_is_not_skipped(
         res = resources(mysql_url, s3_resource, spark_resource)
         start, end = _day_range(cfg, _now(conn) - timedelta(minutes=10), _now(conn))
         result = backup(cfg, res, start=start, end=end)
-        md = result.get_asset_materialization_events()[0].materialization.metadata
-        assert md["safety_bound"].value["oldest_open_write_trx"] is not None
+        md = metadata_facts(result.get_asset_materialization_events()[0].materialization.metadata)
+        assert md["safety_bound"]["oldest_open_write_trx"] is not None
         store = store_for(s3_resource)
         first = read_manifest_ids(s3_client, s3_resource.bucket, manifest_keys(store, cfg.name))
         assert first == [1], "row 3 is newer than the open transaction: not read yet"

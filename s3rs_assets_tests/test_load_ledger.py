@@ -26,6 +26,7 @@ from s3rs_assets.load import (
     load_files,
 )
 from s3rs_assets.load.ddl import create_table_sql
+from s3rs_assets.names import metadata_facts
 from s3rs_assets.warehouse import WarehouseResource
 from s3rs_assets_tests.test_load import DEMO_COLUMNS, demo_rows, pg, put_rows
 
@@ -306,9 +307,9 @@ def test_sync_after_drop_reloads_every_partition(mysql_conn, mysql_db, mysql_url
         run(pg_url, f"DROP TABLE {t}")
 
         last = sync(cfg, res, partition=days[-1], instance=instance, stages=("redshift_table",))
-        md = last.get_asset_materialization_events()[0].materialization.metadata
-        assert "dropped and re-created since" in md["reloaded_reason"].value
-        assert md["partitions_to_reload"].value == 3 and md["rows_inserted"].value == 40
+        md = metadata_facts(last.get_asset_materialization_events()[0].materialization.metadata)
+        assert "dropped and re-created since" in md["reloaded_reason"]
+        assert md["partitions_to_reload"] == 3 and md["rows_inserted"] == 40
         rec = store_for(s3_resource).read(cfg.name)
         assert days[0] not in rec.loaded_partitions and days[1] not in rec.loaded_partitions
         wh = WarehouseResource(url=pg_url)

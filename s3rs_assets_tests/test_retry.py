@@ -19,7 +19,7 @@ import pytest
 from s3rs_assets import retry
 from s3rs_assets.errors import ConfigError
 from s3rs_assets.load.transaction import LoadError
-from s3rs_assets.names import RETRIES_METADATA_KEY, RETRY_POLICY, asset_key
+from s3rs_assets.names import RETRIES_METADATA_KEY, RETRY_POLICY, asset_key, metadata_facts
 from s3rs_assets.progress import run_retries
 from s3rs_assets.resources import MySQLResource
 from s3rs_assets.stage_results import dagster_step
@@ -269,10 +269,10 @@ def test_sync_survives_killed_connections(mysql_db, mysql_conn, mysql_url, pg_ur
     assert result.success
     assert killer.killed, "the killer found the sync's connections"
     retries = {
-        ev.asset_key.path[-1]: ev.materialization.metadata[RETRIES_METADATA_KEY].value
+        ev.asset_key.path[-1]: metadata_facts(ev.materialization.metadata)[RETRIES_METADATA_KEY]
         for ev in result.get_asset_materialization_events()
     }
-    details = [ev.materialization.metadata["retry_details"].value
+    details = [metadata_facts(ev.materialization.metadata)["retry_details"]
                for ev in result.get_asset_materialization_events()]
     print(f"killed {len(killer.killed)} connection(s); retries {retries}; {details}")
     assert sum(retries.values()) > 0, retries

@@ -35,6 +35,7 @@ from s3rs_assets.names import (
 from s3rs_assets.partitions import partitions_def, window
 from s3rs_assets.resources import MySQLResource, S3Resource
 from s3rs_assets.sensors import build_sensors
+from s3rs_assets.sensors.guard import WatermarkRestored
 from s3rs_assets.watermark import PartitionState, Position, WatermarkRecord
 from s3rs_assets.watermark_eventlog import event_log_watermark
 from s3rs_assets_tests.conftest import REPO
@@ -103,6 +104,15 @@ class Sensors:
             instance=self.instance, resources=self.res, cursor=cursor, definitions=self.defs
         ) as context:  # a context manager: the MySQL resource closes its connection
             return self.sensors[name].evaluate_tick(context)
+
+
+def restoring_tick(s: Sensors, key: dg.AssetKey) -> tuple[str, list[dg.AssetObservation]]:
+    """A guard tick that restores a watermark fails (so that Dagster does not file it as
+    SKIPPED): its error message, and the observations it recorded on `key` itself."""
+    with pytest.raises(WatermarkRestored) as failed:  # the daemon wraps it: a FAILURE tick
+        s.tick(WATERMARK_GUARD)
+    records = s.instance.fetch_observations(key, limit=10).records
+    return str(failed.value), [r.asset_observation for r in records if r.asset_observation]
 
 
 def res_for(mysql_url: str, s3: S3Resource) -> dict:
@@ -235,23 +245,23 @@ def test_guard_restores_primary_from_daily_backup(
         why = f"primary watermark of {cfg.name} is not valid JSON"
     s = Sensors([cfg], instance, res_for(mysql_url, s3_resource))
 
-    tick = s.tick(WATERMARK_GUARD)
+    message, observed = restoring_tick(s, asset_key(cfg, "s3_parquet"))
 
     restored = WatermarkRecord.from_json(
         s3_client.get_object(Bucket=bucket, Key=primary)["Body"].read()
     )
     assert restored.partitions == saved.partitions
     assert restored.backup_metadata.recovered_from == "daily"
-    assert "1 recovered" in tick.skip_message
-    assert f"RECOVERED {cfg.name}: {why}" in tick.skip_message
-    assert f"recovered from daily s3://{bucket}/{daily}" in tick.skip_message
-    (obs,) = tick.asset_events
+    assert "1 recovered" in message
+    assert f"RECOVERED {cfg.name}: {why}" in message
+    assert f"recovered from daily s3://{bucket}/{daily}" in message
+    (obs,) = observed
     assert isinstance(obs, dg.AssetObservation)
     assert obs.asset_key == asset_key(cfg, "s3_parquet")
     assert obs.metadata["recovered_from"].value == "daily"
     assert obs.metadata["key"].value == daily
 
-    again = s.tick(WATERMARK_GUARD, tick.cursor)
+    again = s.tick(WATERMARK_GUARD)
     assert "1 valid" in again.skip_message and not again.asset_events
 
 
@@ -267,10 +277,10 @@ def test_guard_restores_from_event_log_when_every_s3_copy_is_gone(backed_up, mys
     assert wm_keys(s3_client, s3.bucket) == []
     s = Sensors([cfg], inst, res_for(mysql_url, s3))
 
-    tick = s.tick(WATERMARK_GUARD)
+    message, observed = restoring_tick(s, asset_key(cfg, "s3_parquet"))
 
-    assert f"RECOVERED {cfg.name}: primary missing; recovered from event_log" in tick.skip_message
-    (obs,) = tick.asset_events
+    assert f"RECOVERED {cfg.name}: primary missing; recovered from event_log" in message
+    (obs,) = observed
     assert obs.metadata["recovered_from"].value == "event_log"
     restored = store.read(cfg.name, fresh=True)  # the guard restored it since
     assert restored.backup_metadata.recovered_from == "event_log"
@@ -517,6 +527,7 @@ NO_SPARK_SCRIPT = textwrap.dedent(
     from s3rs_assets.config import TableConfig
     from s3rs_assets.resources import MySQLResource, S3Resource
     from s3rs_assets.sensors import build_sensors
+from s3rs_assets.sensors.guard import WatermarkRestored
 
     args = json.loads(sys.argv[1])
     cfg = TableConfig.from_dict(

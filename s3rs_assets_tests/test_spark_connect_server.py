@@ -25,7 +25,7 @@ import yaml
 from click.testing import CliRunner
 
 from s3rs_assets import cli
-from s3rs_assets.names import asset_key
+from s3rs_assets.names import asset_key, metadata_facts
 from s3rs_assets.spark_server import running
 from s3rs_assets_tests.conftest import MYSQL_HOST, MYSQL_PORT, REPO, free_port
 from s3rs_assets_tests.helpers import insert_rows, make_ties_table, table_cfg
@@ -138,9 +138,9 @@ def test_two_syncs_attach_to_one_running_server(
             asset_key(table_cfg(mysql_db, TABLE), "s3_parquet"), limit=100
         ).records
         apps = {
-            r.run_id: r.asset_materialization.metadata["spark_application"].value
+            r.run_id: metadata_facts(r.asset_materialization.metadata)["spark_application"]
             for r in records
-            if "spark_application" in r.asset_materialization.metadata
+            if "spark_application" in metadata_facts(r.asset_materialization.metadata)
         }
         steps = {e.step_key for run_id in apps for e in instance.all_logs(run_id) if e.step_key}
     # a sync runs its own checks, never the full `reconciled` compare

@@ -11,7 +11,7 @@ import pytest
 
 from s3rs_assets import demo_data
 from s3rs_assets.io_manager import store_for
-from s3rs_assets.names import CHECK_NAME
+from s3rs_assets.names import CHECK_NAME, metadata_facts
 from s3rs_assets_tests.helpers import resources, sync, table_cfg
 
 END = datetime(2025, 5, 2, 20, 0)
@@ -94,8 +94,8 @@ def test_end_to_end_equals_mysql_row_for_row(demo, mysql_db, mysql_url, pg_url, 
         # redshift-only again: every file is already in the ledger, nothing changes
         again = sync(cfg, res, start=DAYS[0], end=DAYS[1], instance=instance,
                      stages=("redshift_table",))
-        md = again.get_asset_materialization_events()[0].materialization.metadata
-        assert md["files_loaded"].value == 0 and md["files_skipped"].value > 0
+        md = metadata_facts(again.get_asset_materialization_events()[0].materialization.metadata)
+        assert md["files_loaded"] == 0 and md["files_skipped"] > 0
         _check(demo, pg_url, "dw_e2e", "sync_demo")
 
 
@@ -181,24 +181,24 @@ def test_each_partition_shows_its_own_figures_and_the_checks_run_alone(
     res = resources(mysql_url, s3_resource, spark_resource, pg_url)
     with dg.instance_for_test() as instance:
         result = sync(cfg, res, start=DAYS[0], end=DAYS[1], instance=instance)
-        backups = {e.partition: e.materialization.metadata
+        backups = {e.partition: metadata_facts(e.materialization.metadata)
                    for e in result.get_asset_materialization_events()
                    if e.asset_key == asset_key(cfg, "s3_parquet")}
-        loads = {e.partition: e.materialization.metadata
+        loads = {e.partition: metadata_facts(e.materialization.metadata)
                  for e in result.get_asset_materialization_events()
                  if e.asset_key == asset_key(cfg, "redshift_table")}
         rec = store_for(s3_resource).read(cfg.name, fresh=True)
         for day in DAYS:
-            assert backups[day]["rows"].value == rec.partitions[day].rows > 0
-            assert loads[day]["ledger_rows"].value == rec.loaded_partitions[day].rows
-        assert sum(md["rows"].value for md in backups.values()) == 4000
-        assert backups[DAYS[1]]["run_rows"].value == 4000
+            assert backups[day]["rows"] == rec.partitions[day].rows > 0
+            assert loads[day]["ledger_rows"] == rec.loaded_partitions[day].rows
+        assert sum(md["rows"] for md in backups.values()) == 4000
+        assert backups[DAYS[1]]["run_rows"] == 4000
         assert "run_rows" not in backups[DAYS[0]]
         assert WATERMARK_BACKUP_METADATA_KEY in backups[DAYS[1]]
         assert WATERMARK_BACKUP_METADATA_KEY not in backups[DAYS[0]]
-        snapshot = backups[DAYS[1]][WATERMARK_BACKUP_METADATA_KEY].value
+        snapshot = backups[DAYS[1]][WATERMARK_BACKUP_METADATA_KEY]
         assert "redshift_status" not in snapshot and "loaded_partitions" not in snapshot
-        assert loads[DAYS[1]][WATERMARK_METADATA_KEY].value["redshift_status"] == "success"
+        assert loads[DAYS[1]][WATERMARK_METADATA_KEY]["redshift_status"] == "success"
 
         # the checks alone, from the same definitions, without a materialization
         everything = build_table_assets(cfg)

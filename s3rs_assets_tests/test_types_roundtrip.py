@@ -19,7 +19,7 @@ import pytest
 
 from s3rs_assets.errors import SourceSchemaError
 from s3rs_assets.io_manager import store_for
-from s3rs_assets.names import CHECK_NAME
+from s3rs_assets.names import CHECK_NAME, metadata_facts
 from s3rs_assets.source import describe
 from s3rs_assets_tests.helpers import read_parquet, resources, sync, table_cfg
 
@@ -140,7 +140,7 @@ def test_every_type_round_trips_to_postgres(wide, mysql_db, mysql_url, pg_url, s
     assert check.passed, check.description
     (backup,) = [m for m in result.get_asset_materialization_events()
                  if m.asset_key.path[-1] == "s3_parquet"]
-    zero = backup.materialization.metadata["zero_dates_as_null"].value
+    zero = metadata_facts(backup.materialization.metadata)["zero_dates_as_null"]
     assert zero == 6  # dt 3, dte 2, ts 1: reported, never silent
     with psycopg.connect(pg_url) as pg:
         cur = pg.execute(f'SELECT * FROM "{schema}"."{name}" ORDER BY id')

@@ -21,7 +21,7 @@ from typing import Any
 
 import requests
 
-from s3rs_assets.names import CODE_LOCATION
+from s3rs_assets.names import CODE_LOCATION, metadata_facts
 from s3rs_assets_tests.conftest import REPO, free_port
 from s3rs_assets_tests.processes import managed_process, tail
 
@@ -317,7 +317,8 @@ class Stack:
         return launched["run"]["runId"]
 
     def metadata(self, key: list[str], partitions: list[str]) -> dict[str, dict]:
-        """Partition -> {label: value} of the latest materialization of each partition."""
+        """Partition -> {label: value} of the latest materialization of each partition, the
+        raw figures of its `details` entry over the formatted ones (`names.metadata_facts`)."""
         [node] = self.gql(MATERIALIZATIONS_Q, {"keys": [{"path": key}], "partitions": partitions})[
             "assetNodes"
         ]
@@ -331,7 +332,7 @@ class Stack:
                     (e[f] for f in ("intValue", "text", "floatValue", "jsonString") if f in e),
                     None,
                 )
-            out[mat["partition"]] = md
+            out[mat["partition"]] = metadata_facts(md)
         return out
 
 

@@ -29,9 +29,11 @@ pid_port() {  # the port a moto process of ours was started with
   tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null | sed -n 's/.* -p \([0-9]*\).*/\1/p'
 }
 is_moto() {  # does whatever listens on the port answer like moto?
-  "$PY" - "http://$HOST:$PORT/moto-api/data.json" <<'EOF' 2>/dev/null
-import sys, urllib.request
-urllib.request.urlopen(sys.argv[1], timeout=3).read()
+  # /moto-api/config is small whatever the server holds (data.json dumps every object, which
+  # on a busy test server outlasts any timeout)
+  "$PY" - "http://$HOST:$PORT/moto-api/config" <<'EOF' 2>/dev/null
+import json, sys, urllib.request
+json.loads(urllib.request.urlopen(sys.argv[1], timeout=10).read())
 EOF
 }
 

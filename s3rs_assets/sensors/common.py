@@ -8,7 +8,7 @@ import dagster as dg
 
 from s3rs_assets.checks import sync_check_keys
 from s3rs_assets.config import TableConfig
-from s3rs_assets.names import RANGE_END_TAG, RANGE_START_TAG
+from s3rs_assets.names import PARTITION_TAG, run_tags
 
 # Runs of a table that are queued or running: the new-data sensor waits for them.
 IN_FLIGHT = [
@@ -50,19 +50,21 @@ def partition_request(
     The run executes the sync checks of `assets` only: without `asset_check_keys` Dagster
     adds every check of the selected assets, `reconciled` (a full compare) included."""
     checks = [k for k in sync_check_keys(cfg) if k.asset_key in set(assets)]
+    all_tags = {**run_tags(cfg, keys), **tags}  # the table and its partitions in the runs list
     if len(keys) == 1:
+        all_tags.pop(PARTITION_TAG)  # partition_key sets it
         return dg.RunRequest(
             run_key=run_key,
             job_name=job,
             asset_selection=list(assets),
             asset_check_keys=checks,
             partition_key=keys[0],
-            tags=dict(tags),
+            tags=all_tags,
         )
     return dg.RunRequest(
         run_key=run_key,
         job_name=job,
         asset_selection=list(assets),
         asset_check_keys=checks,
-        tags={**tags, RANGE_START_TAG: keys[0], RANGE_END_TAG: keys[-1]},
+        tags=all_tags,
     )

@@ -5,7 +5,8 @@
   `AssetObservation` on the table's `s3_parquet` (metadata `recovered_from`, `key`). A
   table with no copy anywhere was never synced, which is fine. When no valid copy is left
   the guard names the table and the `s3rs watermark set` command; it never resets
-  anything itself.
+  anything itself. A tick that restored a record fails with its message (Dagster shows any
+  tick without runs as SKIPPED); every other tick's message is its skip reason.
 """
 
 from __future__ import annotations
@@ -48,6 +49,11 @@ class WatermarkCheck:
 
     def line(self) -> str:
         return f"{self.table}: {self.detail}"
+
+
+class WatermarkRestored(S3rsError):
+    """The guard restored a lost or corrupt watermark: its tick fails so that the tick
+    history shows it (the record is valid again; the message says where it came from)."""
 
 
 def check_watermark(store: WatermarkStore, table: str, now: datetime | None) -> WatermarkCheck:
@@ -160,8 +166,17 @@ def build_watermark_guard(tables: Sequence[TableConfig]) -> dg.SensorDefinition:
             f"NEEDS `s3rs watermark set -t {c.table}`: {c.detail}"
             for c in by_state.get("needs_person", [])
         ]
+        message = clip("; ".join(parts))
+        context.log.info(message)  # the tick's logs show it too, not only its tooltip
+        if by_state.get("recovered"):
+            # Dagster files every tick that requests no run as SKIPPED ("0 runs requested");
+            # a restored watermark is an incident, so this tick fails with the message as
+            # its error, after recording the observations the daemon would have.
+            for event in events:
+                context.instance.report_runless_asset_event(event)
+            raise WatermarkRestored(message)
         return dg.SensorResult(
-            skip_reason=clip("; ".join(parts)),
+            skip_reason=message,
             asset_events=events,
             cursor=json.dumps(reported, sort_keys=True),
         )

@@ -11,7 +11,10 @@
   recomputes a finished window by itself), as one range run per contiguous stretch. The
   run key is `<table>:<range>:<first new row>:<newest row below the bound>`: the same state
   gives the same key (Dagster launches it once); progress or new rows give a new one. A
-  table with a sync queued or running (tag `s3rs/table`) is not probed at all.
+  run that failed leaves that state as it was, and Dagster never launches a key again (of
+  any status): the key of a failed run gets `:retry-N`, up to RETRIES_AFTER_FAILURE times,
+  then the sensor says so and waits for new rows or a person. A table with a sync queued
+  or running (tag `s3rs/table`) is not probed at all.
 """
 
 from __future__ import annotations
@@ -48,6 +51,25 @@ from s3rs_assets.source import (
 )
 from s3rs_assets.watermark import PartitionState, Position, WatermarkRecord, iso
 from s3rs_assets.watermark.store import WatermarkStore
+
+#: Runs the sensor requests again for the same rows after a failed run, before it waits for
+#: new rows or a person (Dagster's retry policy already reran each step of those runs).
+RETRIES_AFTER_FAILURE = 3
+_RUN_KEY_TAG, _SENSOR_TAG = "dagster/run_key", "dagster/sensor_name"  # set by the daemon
+_FAILED = (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED)
+
+
+def launchable_key(instance: dg.DagsterInstance, key: str) -> str | None:
+    """`key`, or after failed runs with it `key:retry-N` (a key Dagster has not launched
+    or whose run did not fail); None after RETRIES_AFTER_FAILURE retries failed too."""
+    for attempt in range(RETRIES_AFTER_FAILURE + 1):
+        candidate = key if attempt == 0 else f"{key}:retry-{attempt}"
+        runs = instance.get_runs(
+            dg.RunsFilter(tags={_RUN_KEY_TAG: candidate, _SENSOR_TAG: NEW_DATA}), limit=1
+        )
+        if not runs or runs[0].status not in _FAILED:
+            return candidate
+    return None
 
 
 @dataclass
@@ -211,7 +233,7 @@ def build_new_data_sensor(
             with mysql.connect() as conn:
                 for cfg in todo:
                     try:
-                        reqs, line = _check_table(conn, store, cfg)
+                        reqs, line = _check_table(conn, store, cfg, context.instance)
                     except (SourceSchemaError, WatermarkError, ConfigError) as e:
                         reqs, line = [], f"{cfg.name}: not checked: {e}"
                         context.log.error(line)
@@ -229,7 +251,7 @@ def build_new_data_sensor(
 
 
 def _check_table(
-    conn: Any, store: WatermarkStore, cfg: TableConfig
+    conn: Any, store: WatermarkStore, cfg: TableConfig, instance: dg.DagsterInstance
 ) -> tuple[list[dg.RunRequest], str]:
     src = describe(conn, cfg)
     bound = safety_bound(conn, cfg.lag, whole_days=src.cursor_is_date)
@@ -244,16 +266,24 @@ def _check_table(
     found = result.found
     if found is None or not found.ranges:
         return [], f"{cfg.name}: no rows past the watermark {where} ({probed})"
+    keyed = [(keys, launchable_key(instance, found.run_key(keys))) for keys in found.ranges]
+    given_up = [keys for keys, key in keyed if key is None]
+    if given_up:
+        return [], (
+            f"{cfg.name}: rows past the watermark {where} from {found.first_row}, but "
+            f"{RETRIES_AFTER_FAILURE + 1} failed run(s) tried them: waiting for new rows or "
+            "a run started by hand"
+        )
     requests = [
         partition_request(
-            run_key=found.run_key(keys),
+            run_key=key,
             job=job_name(cfg),
             keys=keys,
             assets=[asset_key(cfg, "s3_parquet"), asset_key(cfg, "redshift_table")],
             tags={TABLE_TAG: cfg.name, TRIGGER_TAG: NEW_DATA},
             cfg=cfg,
         )
-        for keys in found.ranges
+        for keys, key in keyed
     ]
     spans = ", ".join(k[0] if len(k) == 1 else f"{k[0]}..{k[-1]}" for k in found.ranges)
     line = (
