@@ -99,7 +99,7 @@ def load_lines(ctx: Ctx, env: StageEnv, rep: Report, table: str, backup: dict,
     pg_checkpoint(env_pg)
     with ctx.mem.measure("baseline"):
         base = baseline_copy(env_pg, ctx.mysql, backup)
-    say("==> load: s3rs load_files (COPY + merge + ledger) into an empty target")
+    say("==> load: s3rs load_files (direct COPY + ledger) into an empty target")
     pg_checkpoint(env_pg)
     with ctx.mem.measure("load"):
         ld = run_load(env, backup, PARTITION, profile=ctx.args.profile_load)
@@ -112,7 +112,8 @@ def load_lines(ctx: Ctx, env: StageEnv, rep: Report, table: str, backup: dict,
         rep.add("load", "psycopg COPY, parquet -> Arrow -> CSV (baseline)", b["rows"],
                 base["seconds"], lfloor, ctx.mem.peak_mb("baseline", "driver"),
                 key="load_baseline")
-        rep.add("load", "s3rs load_files: COPY + merge + ledger", b["rows"], ld["seconds"],
+        how = "direct COPY + ledger" if ld.get("direct") else "COPY + merge + ledger"
+        rep.add("load", f"s3rs load_files: {how}", b["rows"], ld["seconds"],
                 lfloor, ctx.mem.peak_mb("load", "driver"), key="load")
     if "e2e" in ctx.args.stage_set:
         efloor = rows / fl["seconds"]
@@ -192,7 +193,8 @@ def summary(rep: Report) -> list[str]:
     ld = rep.details.get("load")
     if ld and "copy_seconds" in ld:
         rest = ld["seconds"] - ld["copy_seconds"] - ld["merge_seconds"]
-        out.append(f"load: {ld['seconds']:.1f} s = COPY to staging {ld['copy_seconds']:.1f} s "
+        into = "straight into the target" if ld.get("direct") else "to staging"
+        out.append(f"load: {ld['seconds']:.1f} s = COPY {into} {ld['copy_seconds']:.1f} s "
                    f"+ merge {ld['merge_seconds']:.1f} s + ledger/DDL/commit {rest:.1f} s")
     for sql, t in (ld or {}).get("profile", {}).get("statements", []):
         out.append(f"load statement {t:7.2f} s  {sql}")
