@@ -1,6 +1,7 @@
-"""The other tools, timed on the same tables: dlt (connectorx -> PostgreSQL) and reladiff.
+"""The other tools, timed on the same tables: dlt (connectorx -> PostgreSQL), Sling (its Go
+binary from the `sling-linux-amd64` wheel) and reladiff.
 
-Both are optional (the `bench` extra, installed only into .venv-bench): `missing()` says
+All are optional (the `bench` extra, installed only into .venv-bench): `missing()` says
 why a tool cannot run, and the suites then skip its line with that note.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import subprocess
 import tempfile
 import time
 from collections import Counter
@@ -24,6 +26,52 @@ def missing(module: str) -> str | None:
         return (f"{module} is not installed in this environment ({os.sys.executable}): "
                 "run `bash benchmarks/venv.sh` and use .venv-bench (make bench does)")
     return None
+
+
+SLING_PACKAGE = "sling_linux_amd64"
+
+
+def sling_binary() -> str | None:
+    """The Sling executable the `sling-linux-amd64` wheel carries, or None."""
+    spec = importlib.util.find_spec(SLING_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = os.path.join(list(spec.submodule_search_locations)[0], "bin", "sling-linux-amd64")
+    return path if os.access(path, os.X_OK) else None
+
+
+def run_sling(mysql: DatabaseURL, pg: DatabaseURL, table: str, mode: str) -> dict[str, Any]:
+    """Sling 1.4 MySQL -> PostgreSQL into `sling_<mode>.<table>`, in `mode` "incremental"
+    (keyed on id / update_at) or "full-refresh"; wall time of the whole command (a fresh
+    target each time). Offline: telemetry off, connections as URLs in the environment."""
+    binary = sling_binary()
+    if binary is None:
+        raise RuntimeError(missing(SLING_PACKAGE) or "sling binary not found")
+    schema = f"sling_{mode.replace('-', '_')}"
+    env = {
+        **os.environ,
+        "SLING_DISABLE_TELEMETRY": "true",
+        "SLING_HOME_DIR": tempfile.mkdtemp(prefix="s3rs-bench-sling-"),
+        "BENCH_MYSQL": url_text(mysql, "mysql", SCHEMA),
+        "BENCH_PG": url_text(pg, "postgresql", SCHEMA) + "?sslmode=disable",
+    }
+    args = [binary, "run", "--src-conn", "BENCH_MYSQL", "--src-stream", f"{SCHEMA}.{table}",
+            "--tgt-conn", "BENCH_PG", "--tgt-object", f"{schema}.{table}", "--mode", mode]
+    if mode == "incremental":
+        args += ["--primary-key", "id", "--update-key", "update_at"]
+    import psycopg
+
+    with psycopg.connect(url_text(pg, "postgresql", SCHEMA), autocommit=True) as c:
+        c.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    try:
+        t0 = time.perf_counter()
+        done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=3600)
+        wall = time.perf_counter() - t0
+    finally:
+        shutil.rmtree(env["SLING_HOME_DIR"], ignore_errors=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"sling {mode} exited {done.returncode}: {done.stderr[-400:]}")
+    return {"seconds": wall, "mode": mode, "rows_in_target": pg_count(pg, table, schema)}
 
 
 def run_dlt(mysql: DatabaseURL, pg: DatabaseURL, table: str) -> dict[str, Any]:

@@ -4,8 +4,8 @@
 * `run_backup`: `dagster.materialize` of a table's `s3_parquet` for one partition, with a
   real DagsterInstance, the repo's resources and IO manager, a real S3 (moto) endpoint;
   per-chunk figures are read back from the run's log lines;
-* `run_load`: `s3rs_assets.load.load_files` (staging COPY + merge + ledger) of the files
-  the backup wrote;
+* `run_load`: `s3rs_assets.load.load_files` (direct COPY into a never-loaded partition,
+  else staging COPY + merge; ledger) of the files the backup wrote;
 * `baseline_copy`: the straightforward loader of the same parquet files (S3 GET -> Arrow
   -> CSV -> psycopg COPY FROM STDIN into a plain table), the yardstick for `run_load`.
 """
@@ -244,7 +244,8 @@ def run_load(env: StageEnv, backup: dict, partition: str, profile: bool = False)
         "seconds": wall,
         "rows_in_target": pg_count(env.pg, target.table, target.schema),
     }
-    for k in ("rows_staged", "rows_inserted", "rows_deleted", "copy_seconds", "merge_seconds"):
+    for k in ("rows_staged", "rows_inserted", "rows_deleted", "copy_seconds", "merge_seconds",
+              "direct"):
         if hasattr(res, k):
             out[k] = getattr(res, k)
     out["files_loaded"] = len(getattr(res, "files_loaded", []) or [])

@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from benchmarks import floor
+from benchmarks import floor, others
 from benchmarks.context import Ctx
 from benchmarks.harness import MB, Report, render_grid, say
 from benchmarks.seeds import demo_table
@@ -99,7 +99,7 @@ def load_lines(ctx: Ctx, env: StageEnv, rep: Report, table: str, backup: dict,
     pg_checkpoint(env_pg)
     with ctx.mem.measure("baseline"):
         base = baseline_copy(env_pg, ctx.mysql, backup)
-    say("==> load: s3rs load_files (COPY + merge + ledger) into an empty target")
+    say("==> load: s3rs load_files (direct COPY + ledger) into an empty target")
     pg_checkpoint(env_pg)
     with ctx.mem.measure("load"):
         ld = run_load(env, backup, PARTITION, profile=ctx.args.profile_load)
@@ -112,7 +112,8 @@ def load_lines(ctx: Ctx, env: StageEnv, rep: Report, table: str, backup: dict,
         rep.add("load", "psycopg COPY, parquet -> Arrow -> CSV (baseline)", b["rows"],
                 base["seconds"], lfloor, ctx.mem.peak_mb("baseline", "driver"),
                 key="load_baseline")
-        rep.add("load", "s3rs load_files: COPY + merge + ledger", b["rows"], ld["seconds"],
+        how = "direct COPY + ledger" if ld.get("direct") else "COPY + merge + ledger"
+        rep.add("load", f"s3rs load_files: {how}", b["rows"], ld["seconds"],
                 lfloor, ctx.mem.peak_mb("load", "driver"), key="load")
     if "e2e" in ctx.args.stage_set:
         efloor = rows / fl["seconds"]
@@ -123,6 +124,22 @@ def load_lines(ctx: Ctx, env: StageEnv, rep: Report, table: str, backup: dict,
                 key="e2e")
         rep.add("e2e", "  same, plus SparkSession start-up", b["rows"], e2e + spark_s, efloor,
                 key="e2e_with_startup")
+        sling_lines(ctx, rep, table, efloor)
+
+
+def sling_lines(ctx: Ctx, rep: Report, table: str, efloor: float) -> None:
+    """Sling, a peer a user would pick instead, in both its modes (issue 19)."""
+    why = others.missing(others.SLING_PACKAGE)
+    if why:
+        rep.notes.append(f"sling skipped: {why}")
+        return
+    for mode in ("incremental", "full-refresh"):
+        say(f"==> sling {mode}: MySQL -> PostgreSQL")
+        pg_checkpoint(ctx.pg)
+        r = others.run_sling(ctx.mysql, ctx.pg, table, mode)
+        rep.details[f"sling_{mode}"] = r
+        rep.add("e2e", f"Sling 1.4 ({mode})", r["rows_in_target"], r["seconds"], efloor,
+                key=f"sling_{mode}")
 
 
 def run(ctx: Ctx) -> Report:
@@ -176,7 +193,8 @@ def summary(rep: Report) -> list[str]:
     ld = rep.details.get("load")
     if ld and "copy_seconds" in ld:
         rest = ld["seconds"] - ld["copy_seconds"] - ld["merge_seconds"]
-        out.append(f"load: {ld['seconds']:.1f} s = COPY to staging {ld['copy_seconds']:.1f} s "
+        into = "straight into the target" if ld.get("direct") else "to staging"
+        out.append(f"load: {ld['seconds']:.1f} s = COPY {into} {ld['copy_seconds']:.1f} s "
                    f"+ merge {ld['merge_seconds']:.1f} s + ledger/DDL/commit {rest:.1f} s")
     for sql, t in (ld or {}).get("profile", {}).get("statements", []):
         out.append(f"load statement {t:7.2f} s  {sql}")

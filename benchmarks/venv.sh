@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Create or update .venv-bench, the benchmark's own environment:
 #   the project, editable from this checkout, with its `dev` and `bench` extras
-#   (moto's server; dlt[postgres] with connectorx, reladiff: pinned in pyproject.toml).
+#   (moto's server; dlt[postgres] with connectorx, reladiff, sling-linux-amd64: pinned in
+#   pyproject.toml).
 # The shared .venv never gets dlt or reladiff. Idempotent: a second run costs a second
 # unless pyproject.toml changed. Usage: bash benchmarks/venv.sh   (PYTHON=python3.11 to pick)
 set -euo pipefail

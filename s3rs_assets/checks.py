@@ -3,7 +3,8 @@
 * `matches_mysql` on `redshift_table`: row count and a checksum of (primary key, cursor)
   per partition window, computed in MySQL and in the warehouse (`verify.verify_table`, the
   same comparison as `s3rs verify`), over what the backup claims to have copied
-  (`synced_windows`). ERROR when anything differs: `s3rs sync` then exits 1. The rows it
+  (`synced_windows`); in a sync run only over what the run loaded (`moved_windows`).
+  ERROR when anything differs: `s3rs sync` then exits 1. The rows it
   leaves out (after a partition's cursor: above the safety bound, not read yet) are
   counted apart as "not yet synced", never a mismatch.
 * `backup_complete` on `s3_parquet`: which partitions are partial, i.e. read again from
@@ -20,7 +21,8 @@ In a sync run the first two cover the run's partitions; executed alone they cove
 partition the watermark knows.
 """
 
-from datetime import datetime
+import time
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 import dagster as dg
@@ -28,6 +30,7 @@ from pydantic import Field
 
 from s3rs_assets.config import TableConfig
 from s3rs_assets.io_manager import store_for
+from s3rs_assets.load import loaded_since
 from s3rs_assets.load_stage import load_target
 from s3rs_assets.names import (
     BACKUP_CHECK_NAME,
@@ -69,6 +72,14 @@ def synced_windows(
     return out
 
 
+def _started(context: dg.AssetCheckExecutionContext) -> datetime:
+    """When the run started (naive UTC, like the ledger's `loaded_at`)."""
+    rec = context.instance.get_run_record_by_id(context.run.run_id)
+    started = (rec.start_time if rec else None) or (rec.create_timestamp.timestamp() if rec
+                                                    else time.time())
+    return datetime.fromtimestamp(started, UTC).replace(tzinfo=None)
+
+
 def _scope(
     context: dg.AssetCheckExecutionContext,
     pdef: dg.TimeWindowPartitionsDefinition,
@@ -81,6 +92,17 @@ def _scope(
         return [context.partition_key]
     known = record.partitions if record else {}
     return sorted(known, key=lambda k: known[k].window_start)
+
+
+def moved_windows(
+    windows: list[tuple[str, datetime, datetime]], moved: set[str]
+) -> list[tuple[str, datetime, datetime]]:
+    """`windows` of the partitions a sync run moved rows into (`moved`: partitions with
+    files loaded since the run started, from the warehouse ledger), each whole: a sync's
+    check then costs in proportion to what it moved, not to the table, and still sees any
+    difference in a partition it touched. `s3rs verify`, `reconcile` and the check executed
+    alone compare everything."""
+    return [w for w in windows if w[0] in moved]
 
 
 def not_compared(
@@ -163,6 +185,10 @@ def build_checks(table: TableConfig) -> list[dg.AssetChecksDefinition]:
         scope = _scope(context, pdef, record)
         windows = synced_windows(pdef, scope, record)
         target = load_target(table, mysql, run_id=context.run.run_id)
+        if context.has_partition_key_range or context.has_partition_key:  # a sync run
+            moved = loaded_since(warehouse, target, _started(context))
+            windows = moved_windows(windows, moved)
+            scope = [k for k in scope if k in {w[0] for w in windows}]
         # a dropped connection is reopened and the comparison run again (retry.py)
         checks, pending = mysql.run(
             f"{table.name}: comparing with the warehouse",

@@ -288,13 +288,15 @@ class WarehouseConnection:
         finally:
             cur.close()
 
-    def copy_from_stdin(self, sql: str, chunks: Iterable[bytes | memoryview]) -> None:
-        """PostgreSQL only: `COPY ... FROM STDIN` fed with `chunks`."""
+    def copy_from_stdin(self, sql: str, chunks: Iterable[bytes | memoryview]) -> int:
+        """PostgreSQL only: `COPY ... FROM STDIN` fed with `chunks`; the rows copied."""
         if self.dialect != "postgres":
             raise RuntimeError("COPY FROM STDIN exists on PostgreSQL only")
-        with self.raw.cursor() as cur, cur.copy(sql) as copy:
-            for chunk in chunks:
-                copy.write(chunk)
+        with self.raw.cursor() as cur:
+            with cur.copy(sql) as copy:
+                for chunk in chunks:
+                    copy.write(chunk)
+            return int(cur.rowcount)
 
     @property
     def autocommit(self) -> bool:

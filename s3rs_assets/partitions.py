@@ -25,12 +25,15 @@ from __future__ import annotations
 
 import functools
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
-
-import dagster as dg
 
 from s3rs_assets.clock import edge_reading, instant_of, source_timezone
 from s3rs_assets.config import TableConfig
+from s3rs_assets.partition_windows import Irregular, PlainPartitions
+
+if TYPE_CHECKING:
+    import dagster as dg
 
 
 def first_window_start(table: TableConfig) -> datetime:
@@ -48,6 +51,8 @@ def first_window_start(table: TableConfig) -> datetime:
 
 @functools.lru_cache(maxsize=256)
 def _cached(table: TableConfig, tz: str) -> dg.TimeWindowPartitionsDefinition:
+    import dagster as dg  # here: reading commands use time_windows() and skip Dagster
+
     start = first_window_start(table)
     # end_offset=1 adds the window that is still open, so today's rows are synced today.
     if table.partition == "hourly":
@@ -64,6 +69,23 @@ def _cached(table: TableConfig, tz: str) -> dg.TimeWindowPartitionsDefinition:
 def partitions_def(table: TableConfig) -> dg.TimeWindowPartitionsDefinition:
     """The table's partitions (one definition object per table and time zone)."""
     return _cached(table, source_timezone())
+
+
+@functools.lru_cache(maxsize=256)
+def _plain(table: TableConfig, tz: str) -> Any:
+    try:
+        return PlainPartitions(table.partition, first_window_start(table), tz)
+    except Irregular:
+        return _cached(table, tz)
+
+
+def time_windows(table: TableConfig) -> Any:
+    """The same partitions as `partitions_def`, for `window`, `windows`, `key_for` and
+    `partition_keys`, without importing Dagster (partition_windows.py) unless the zone's
+    clock changes make only Dagster's own answer trustworthy. For code that only reads
+    windows (the CLI's reading commands, watermark edits); assets and sensors take
+    `partitions_def`."""
+    return _plain(table, source_timezone())
 
 
 def _zone(pdef: dg.TimeWindowPartitionsDefinition) -> ZoneInfo:
@@ -98,7 +120,7 @@ def key_for(pdef: dg.TimeWindowPartitionsDefinition, ts: datetime) -> str | None
 
 
 def partition_keys(table: TableConfig) -> list[str]:
-    return partitions_def(table).get_partition_keys()
+    return time_windows(table).get_partition_keys()
 
 
 def _key_instant(pdef: dg.TimeWindowPartitionsDefinition, key: str, tz: ZoneInfo) -> datetime:

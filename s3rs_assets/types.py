@@ -17,12 +17,13 @@ NULL and are counted (`zero_dates_expr`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import numpy as np
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any
 
 from s3rs_assets.errors import SourceSchemaError
 from s3rs_assets.identifiers import mysql_quote
+
+if TYPE_CHECKING:  # imported where used: the CLI's reading commands never load pyarrow
+    import pyarrow as pa
 
 VARCHAR_MAX = 65535
 #: DECIMAL(p,s) up to this precision is read by connectorx as its unscaled integer
@@ -51,9 +52,17 @@ class SourceColumn:
 
 @dataclass(frozen=True)
 class ColumnType:
-    arrow: pa.DataType
+    arrow_spec: tuple[Any, ...]  # ("decimal128", 20, 0): pyarrow's factory and arguments
     warehouse: str  # Redshift type; PostgreSQL accepts the same spelling unless noted
     select_cast: str | None = None  # MySQL CAST target applied when reading, if any
+
+    @property
+    def arrow(self) -> pa.DataType:
+        """The parquet/Arrow type (pyarrow imported on first use, ~0.15 s)."""
+        import pyarrow as pa
+
+        name, *args = self.arrow_spec
+        return getattr(pa, name)(*args)
 
     @property
     def spatial(self) -> bool:
@@ -102,31 +111,31 @@ def column_type(col: SourceColumn) -> ColumnType:
     """Map one MySQL column; raise SourceSchemaError for a type we cannot carry exactly."""
     t = col.data_type
     if t == "tinyint" and col.column_type.startswith("tinyint(1)"):
-        return ColumnType(pa.bool_(), "BOOLEAN")
+        return ColumnType(("bool_",), "BOOLEAN")
     if t == "bit":
         if col.column_type in ("bit(1)", "bit"):  # as a number: connectorx reads raw bytes
-            return ColumnType(pa.bool_(), "BOOLEAN", select_cast="UNSIGNED")
+            return ColumnType(("bool_",), "BOOLEAN", select_cast="UNSIGNED")
         if col.column_type == "bit(64)":  # up to 2^64 - 1: BIGINT UNSIGNED's range
-            return ColumnType(pa.decimal128(20, 0), "DECIMAL(20,0)", select_cast="UNSIGNED")
-        return ColumnType(pa.int64(), "BIGINT", select_cast="UNSIGNED")
+            return ColumnType(("decimal128", 20, 0), "DECIMAL(20,0)", select_cast="UNSIGNED")
+        return ColumnType(("int64",), "BIGINT", select_cast="UNSIGNED")
     if t == "tinyint":
-        return ColumnType(pa.int16(), "SMALLINT")
+        return ColumnType(("int16",), "SMALLINT")
     if t == "smallint":
         return (
-            ColumnType(pa.int32(), "INTEGER")
+            ColumnType(("int32",), "INTEGER")
             if col.unsigned
-            else ColumnType(pa.int16(), "SMALLINT")
+            else ColumnType(("int16",), "SMALLINT")
         )
     if t in ("mediumint", "int", "integer"):
         if col.unsigned and t != "mediumint":
-            return ColumnType(pa.int64(), "BIGINT")
-        return ColumnType(pa.int32(), "INTEGER")
+            return ColumnType(("int64",), "BIGINT")
+        return ColumnType(("int32",), "INTEGER")
     if t == "bigint":
         if col.unsigned:
-            return ColumnType(pa.decimal128(20, 0), "DECIMAL(20,0)")
-        return ColumnType(pa.int64(), "BIGINT")
+            return ColumnType(("decimal128", 20, 0), "DECIMAL(20,0)")
+        return ColumnType(("int64",), "BIGINT")
     if t == "year":
-        return ColumnType(pa.int16(), "SMALLINT", select_cast="UNSIGNED")
+        return ColumnType(("int16",), "SMALLINT", select_cast="UNSIGNED")
     if t == "decimal":
         p, s = col.precision or 10, col.scale or 0
         if p > 38:
@@ -134,28 +143,28 @@ def column_type(col: SourceColumn) -> ColumnType:
                 f"column {col.name!r} is DECIMAL({p},{s}): Redshift holds at most 38 digits "
                 "(list it in exclude_columns to sync the rest of the table)"
             )
-        return ColumnType(pa.decimal128(p, s), f"DECIMAL({p},{s})")
+        return ColumnType(("decimal128", p, s), f"DECIMAL({p},{s})")
     if t == "float":
-        return ColumnType(pa.float32(), "REAL")
+        return ColumnType(("float32",), "REAL")
     if t in ("double", "real"):
-        return ColumnType(pa.float64(), "DOUBLE PRECISION")
+        return ColumnType(("float64",), "DOUBLE PRECISION")
     if t == "date":
-        return ColumnType(pa.date32(), "DATE")
+        return ColumnType(("date32",), "DATE")
     if t in ("datetime", "timestamp"):
-        return ColumnType(pa.timestamp("us"), "TIMESTAMP")
+        return ColumnType(("timestamp", "us"), "TIMESTAMP")
     if t == "time":
         # "-838:59:59.000000" is 17 bytes
-        return ColumnType(pa.string(), "VARCHAR(20)", select_cast="CHAR")
+        return ColumnType(("string",), "VARCHAR(20)", select_cast="CHAR")
     if t in SPATIAL:  # WKB, as MySQL's ST_AsBinary writes it (the SRID is not carried)
-        return ColumnType(pa.binary(), "GEOMETRY")
+        return ColumnType(("binary",), "GEOMETRY")
     if t in _TEXT_FORMS:  # MariaDB's UUID, INET6, INET4: their canonical text
-        return ColumnType(pa.string(), f"VARCHAR({_TEXT_FORMS[t]})", select_cast="CHAR")
+        return ColumnType(("string",), f"VARCHAR({_TEXT_FORMS[t]})", select_cast="CHAR")
     if t in ("char", "varchar"):
-        return ColumnType(pa.string(), _varchar(col))
+        return ColumnType(("string",), _varchar(col))
     if t in _TEXT:
-        return ColumnType(pa.string(), f"VARCHAR({VARCHAR_MAX})", select_cast=None)
+        return ColumnType(("string",), f"VARCHAR({VARCHAR_MAX})", select_cast=None)
     if t in _BINARY:
-        return ColumnType(pa.binary(), f"VARBYTE({_BINARY[t]})")
+        return ColumnType(("binary",), f"VARBYTE({_BINARY[t]})")
     raise SourceSchemaError(
         f"column {col.name!r} has type {col.column_type!r}, which s3rs cannot map"
     )
@@ -209,6 +218,9 @@ def decimal_from_unscaled(values: pa.Array | pa.ChunkedArray, typ: pa.Decimal128
     128-bit two's complement of each value (low word, sign-extended high word). MySQL types
     `CAST(... AS SIGNED)` of a narrow DECIMAL as INT, so connectorx hands int32 (or
     narrower) for small precisions: widened to int64 first, which is exact."""
+    import numpy as np
+    import pyarrow as pa
+
     arr = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
     if not pa.types.is_integer(arr.type) or arr.type == pa.uint64():
         raise TypeError(f"unscaled decimal values must be signed integers, got {arr.type}")
@@ -237,6 +249,8 @@ def zero_dates_expr(columns: list[SourceColumn], keys: tuple[str, ...]) -> str |
 
 
 def arrow_schema(columns: list[SourceColumn]) -> pa.Schema:
+    import pyarrow as pa
+
     return pa.schema([pa.field(c.name, column_type(c).arrow, nullable=True) for c in columns])
 
 

@@ -76,6 +76,8 @@ CRASHES = {
     "backup_checkpoint": (BackupRun, "_apply", 0),
     "backup_second_checkpoint": (BackupRun, "_apply", 1),
     "load_before_commit": (transaction, "_stage", 0),
+    # a partition the ledger never saw is copied straight into the target (no _stage)
+    "load_direct_before_commit": (transaction, "_copy_direct", 0),
     "load_after_commit": (load_stage, "PartitionLoad", 0),
 }
 

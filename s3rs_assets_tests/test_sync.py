@@ -67,6 +67,17 @@ def _check_result(result):
     return check
 
 
+def _check_alone(cfg, res, instance=None):
+    """matches_mysql executed alone: every partition the watermark knows."""
+    from s3rs_assets.assets import build_table_assets
+    from s3rs_assets.names import asset_key
+
+    key = dg.AssetCheckKey(asset_key(cfg, "redshift_table"), CHECK_NAME)
+    alone = dg.materialize(build_table_assets(cfg), resources=res, instance=instance,
+                           selection=dg.AssetSelection.checks(key), raise_on_error=False)
+    return _check_result(alone)
+
+
 def test_end_to_end_equals_mysql_row_for_row(demo, mysql_db, mysql_url, pg_url, s3_resource,
                                              spark_resource):
     cfg = table_cfg(mysql_db, "sync_demo", chunk_rows=1500, target="dw_e2e.sync_demo")
@@ -103,15 +114,17 @@ def test_updates_flow_and_the_check_catches_hand_edits(demo, mysql_db, mysql_url
     # re-extract and re-load the older partition D after D+1: the newer row must stay
     sync(cfg, res, partition=DAYS[0])
     _check(demo, pg_url, "dw_upd", "sync_demo")
-    # hand edits in the warehouse are found by the asset check
+    # hand edits in the warehouse are found by the asset check executed alone (a sync's
+    # check compares only what the sync moved: nothing here)
     with psycopg.connect(pg_url.replace("postgres:@", "postgres@"), autocommit=True) as c:
         c.execute('DELETE FROM "dw_upd"."sync_demo" WHERE id = (SELECT MAX(id) FROM '
                   '"dw_upd"."sync_demo" WHERE update_at < %s)', (datetime(2025, 5, 2),))
         c.execute('UPDATE "dw_upd"."sync_demo" SET update_at = update_at + interval \'1 second\' '
                   'WHERE id = (SELECT MIN(id) FROM "dw_upd"."sync_demo" WHERE update_at >= %s)',
                   (datetime(2025, 5, 2),))
-    result = sync(cfg, res, start=DAYS[0], end=DAYS[1], stages=("redshift_table",))
-    check = _check_result(result)
+    quiet = _check_result(sync(cfg, res, start=DAYS[0], end=DAYS[1], stages=("redshift_table",)))
+    assert quiet.passed and quiet.metadata["partitions_checked"].value == 0
+    check = _check_alone(cfg, res)
     assert not check.passed
     assert "2025-05-01: MISMATCH" in check.description and "2025-05-02: MISMATCH" in (
         check.description)
@@ -220,3 +233,52 @@ def test_a_run_describes_its_table_once(demo, mysql_db, mysql_url, pg_url, s3_re
     result = sync(cfg, res, start=DAYS[0], end=DAYS[1])
     assert result.success and _check_result(result).passed
     assert calls == [cfg.name]
+
+
+def test_the_check_of_a_sync_compares_only_what_the_run_moved(
+        demo, mysql_db, mysql_url, pg_url, s3_resource, spark_resource):
+    """Issue 19: a sync's check costs in proportion to what it moved. Counted: partitions
+    and rows compared. A run that loads only a third day compares only that day, and still
+    fails when it differs; a run that loads nothing compares nothing; the check executed
+    alone (like `s3rs verify`) still compares everything."""
+    with demo.cursor() as cur:
+        cur.execute("DROP TABLE IF EXISTS touched")
+        cur.execute(f"CREATE TABLE touched LIKE `{mysql_db}`.sync_demo")
+        cur.execute("INSERT INTO touched SELECT * FROM sync_demo WHERE id <= 300")
+    cfg = table_cfg(mysql_db, "touched", chunk_rows=1000, target="dw_touch.touched")
+    res = resources(mysql_url, s3_resource, spark_resource, pg_url)
+    first = _check_result(sync(cfg, res, start=DAYS[0], end=DAYS[1]))
+    assert first.passed and first.metadata["partitions_checked"].value == 2
+    assert first.metadata["mysql_rows"].value.startswith("300 in ")
+    nothing = _check_result(sync(cfg, res, start=DAYS[0], end=DAYS[1],
+                                 stages=("redshift_table",)))
+    assert nothing.passed and nothing.metadata["partitions_checked"].value == 0
+    with demo.cursor() as cur:  # one row moves to a third day
+        cur.execute("UPDATE touched SET update_at = '2025-05-03 10:00:00' WHERE id = 5")
+    with psycopg.connect(pg_url.replace("postgres:@", "postgres@"), autocommit=True) as c:
+        # an untouched partition differs (a full check's finding, not this run's) ...
+        c.execute('DELETE FROM "dw_touch"."touched" WHERE id = (SELECT MAX(id) FROM '
+                  '"dw_touch"."touched" WHERE update_at < %s)', (datetime(2025, 5, 2),))
+        # ... and so does the partition the run loads: a row MySQL does not have
+        c.execute('CREATE TEMP TABLE extra AS SELECT * FROM "dw_touch"."touched" WHERE id = 6')
+        c.execute("UPDATE extra SET id = 999999, update_at = '2025-05-03 11:00:00'")
+        c.execute('INSERT INTO "dw_touch"."touched" SELECT * FROM extra')
+    check = _check_result(sync(cfg, res, partition="2025-05-03", raise_on_error=False))
+    assert not check.passed
+    assert check.metadata["partitions_checked"].value == 1
+    assert check.metadata["mysql_rows"].value == "1 in partition(s) 2025-05-03 .. 2025-05-03"
+    assert "2025-05-03: MISMATCH" in check.description
+    assert "2025-05-01" not in check.description
+    full = _check_alone(cfg, res)
+    assert full.metadata["partitions_checked"].value == 3
+    assert "2025-05-01: MISMATCH" in full.description and "2025-05-03: MISMATCH" in (
+        full.description)
+
+
+def test_moved_windows_are_the_whole_windows_of_the_partitions_the_run_loaded():
+    from s3rs_assets.checks import moved_windows
+
+    d1, d2, d3 = datetime(2025, 5, 1), datetime(2025, 5, 2), datetime(2025, 5, 3)
+    windows = [("a", d1, d2), ("b", d2, d3), ("c", d3, d3 + timedelta(hours=5))]
+    assert moved_windows(windows, {"b", "c", "z"}) == windows[1:]
+    assert moved_windows(windows, set()) == []

@@ -35,6 +35,7 @@ import os
 import warnings
 
 import click
+from click.utils import make_default_short_help
 
 from s3rs_assets import logs
 from s3rs_assets.cli import local_env
@@ -54,6 +55,23 @@ COMMANDS = {
     "spark": ("s3rs_assets.cli.spark", "spark"),
 }
 
+#: the first line of each command's help, for `s3rs --help` without importing every
+#: command (and Dagster with `sync`); test_imports.py checks they match the commands
+SUMMARIES = {
+    "sync": "Sync tables through Dagster, running only where MySQL has rows or S3 has "
+    "files to load.",
+    "watermark": "Inspect and manage watermarks.",
+    "s3clean": "List and delete a table's parquet files in S3 (never watermarks, never "
+    "unloaded files unless --force).",
+    "tables": "Help with tables.yaml.",
+    "verify": "Compare MySQL and the warehouse per partition (rows, checksum of key and "
+    "cursor).",
+    "reconcile": "Compare a table in MySQL and the warehouse by primary key; --apply "
+    "repairs it.",
+    "spark": "A long-lived Spark Connect server, so runs attach (~1 s) instead of "
+    "starting Spark.",
+}
+
 
 class _LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -64,6 +82,13 @@ class _LazyGroup(click.Group):
             return None
         module, attr = COMMANDS[cmd_name]
         return getattr(importlib.import_module(module), attr)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """click's list of commands, from SUMMARIES instead of importing each command."""
+        limit = formatter.width - 6 - max(len(name) for name in COMMANDS)
+        rows = [(name, make_default_short_help(SUMMARIES[name], limit)) for name in COMMANDS]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
 
 @click.group(cls=_LazyGroup)

@@ -1,11 +1,15 @@
 """What every `s3rs` command shares: printing through the redactor, turning s3rs errors
-into exit code 2, resources built from the environment, and the table list."""
+into exit code 2, connections built from the environment, and the table list.
+
+The connections are the plain ones of connections.py, not the Dagster resources: a command
+that only reads (`watermark get/list`, `verify`, `s3clean list`) then starts without
+importing Dagster or Spark (test_imports.py counts). `s3rs sync` takes the resources from
+`env_resources.resources_from_env`, like the definitions."""
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import sys
 from collections.abc import Callable
 from datetime import datetime
@@ -17,12 +21,18 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from s3rs_assets import logs
 from s3rs_assets.config import TableConfig, find_table, load_tables
+from s3rs_assets.connections import (
+    MySQLConnector,
+    S3Connector,
+    WarehouseConnector,
+    mysql_from_env,
+    s3_from_env,
+    warehouse_from_env,
+)
 from s3rs_assets.errors import ConfigError, S3rsError
-from s3rs_assets.io_manager import store_for
-from s3rs_assets.resources import MySQLResource, S3Resource
 from s3rs_assets.source import server_now
 from s3rs_assets.waiting import Waiting, waiting_now
-from s3rs_assets.warehouse import WarehouseResource
+from s3rs_assets.watermark.store import WatermarkStore
 
 log = logging.getLogger("s3rs.cli")
 
@@ -36,18 +46,16 @@ def echo(text: str = "", err: bool = False, **style: Any) -> None:
         click.echo(text, err=err)
 
 
-def _s3() -> S3Resource:
-    bucket = os.environ.get("S3RS_S3_BUCKET")
-    if not bucket:
-        raise click.UsageError("S3RS_S3_BUCKET is not set")
-    return S3Resource(bucket=bucket, prefix=os.environ.get("S3RS_S3_PREFIX", "s3rs"))
+def _s3() -> S3Connector:
+    return s3_from_env()
 
 
-def _s3_checked() -> S3Resource:
-    """The bucket from the environment, asked once (HEAD bucket) before anything else: an
-    unreachable endpoint, refused credentials or a missing bucket is then one clear error
-    naming the bucket and the endpoint (exit 2), not a failure halfway through a listing."""
-    s3 = _s3()
+def _s3_checked(s3: Any = None) -> Any:
+    """The bucket (`s3`, else from the environment), asked once (HEAD bucket) before
+    anything else: an unreachable endpoint, refused credentials or a missing bucket is then
+    one clear error naming the bucket and the endpoint (exit 2), not a failure halfway
+    through a listing."""
+    s3 = s3 or _s3()
     client = s3.client()
     where = f"s3://{s3.bucket} at {client.meta.endpoint_url}"
     try:
@@ -63,24 +71,19 @@ def _s3_checked() -> S3Resource:
     return s3
 
 
-def _store(s3: S3Resource | None = None) -> Any:
-    return store_for(s3 or _s3())
+def _store(s3: Any = None) -> WatermarkStore:
+    """A new watermark store, as `io_manager.store_for` builds it outside a run (no run
+    id, no event-log fallback), without importing the Dagster layer."""
+    s3 = s3 or _s3()
+    return WatermarkStore(s3.client(), s3.bucket, s3.layout)
 
 
-def _mysql() -> MySQLResource:
-    url = os.environ.get("S3RS_MYSQL_URL")
-    if not url:
-        raise ConfigError("S3RS_MYSQL_URL is not set (mysql://user:password@host:port/db)")
-    return MySQLResource(url=url)
+def _mysql() -> MySQLConnector:
+    return mysql_from_env()
 
 
-def _warehouse() -> WarehouseResource:
-    url = os.environ.get("S3RS_REDSHIFT_URL")
-    if not url:
-        raise ConfigError(
-            "S3RS_REDSHIFT_URL is not set (redshift://... or postgresql://user:password@host/db)"
-        )
-    return WarehouseResource(url=url, iam_role=os.environ.get("S3RS_REDSHIFT_IAM_ROLE") or None)
+def _warehouse() -> WarehouseConnector:
+    return warehouse_from_env()
 
 
 def _source_now() -> datetime:

@@ -165,10 +165,10 @@ def reconcile(
         mysql, warehouse, s3 = mysql_from_env(), warehouse_from_env(), s3_from_env()
         warehouse.check()
         store = None
-        if apply:  # the watermark store (Dagster's event log as its last recovery source)
-            from s3rs_assets.io_manager import store_for
+        if apply:  # the watermark store, as io_manager.store_for builds it outside a run
+            from s3rs_assets.watermark.store import WatermarkStore
 
-            store = store_for(s3)  # type: ignore[arg-type]
+            store = WatermarkStore(s3.client(), s3.bucket, s3.layout)
         report = reconcile_table(
             table,
             mysql,  # type: ignore[arg-type]

@@ -20,17 +20,16 @@ import click
 
 from s3rs_assets import runner, work
 from s3rs_assets.cli.common import (
-    _mysql,
     _not_yet,
     _s3_checked,
     _say,
     _store,
     _tables,
-    _warehouse,
     echo,
     friendly_errors,
 )
 from s3rs_assets.config import TableConfig
+from s3rs_assets.env_resources import resources_from_env
 from s3rs_assets.errors import S3rsError
 from s3rs_assets.progress import (
     SYNC_TAG,
@@ -95,7 +94,8 @@ def sync(
     tables = _tables(names, all_)
     stages = ("backup",) if backup_only else ("load",) if redshift_only else ("backup", "load")
     inst = runner.instance()
-    s3 = _s3_checked()  # an unreachable S3 is one error (exit 2) before any table
+    # an unreachable S3 is one error (exit 2) before any table
+    s3 = _s3_checked(resources_from_env(resolved=True, names=("s3",))["s3"])
     side_by_side = parallel > 1 and len(tables) > 1
     tty = (sys.stderr.isatty() if progress is None else progress) and not side_by_side
 
@@ -121,8 +121,9 @@ def sync(
 def _prepare(table: TableConfig, stages: tuple[str, ...], store: Any, s3: Any) -> Any:
     """work.prepare with a MySQL connection of this table's own (closed afterwards): the
     ledger's answer, the probes, the closing of empty stretches and the plans."""
-    mysql = _mysql() if "backup" in stages else None
-    warehouse = _warehouse() if "load" in stages else None
+    names = [n for n, stage in (("mysql", "backup"), ("warehouse", "load")) if stage in stages]
+    res = resources_from_env(resolved=True, names=names)
+    mysql, warehouse = res.get("mysql"), res.get("warehouse")
     try:
         return work.prepare(table, mysql, warehouse, s3, store, stages)
     finally:

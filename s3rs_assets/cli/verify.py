@@ -11,8 +11,8 @@ import click
 from s3rs_assets.cli.common import _dump, _mysql, _table, _warehouse, echo, friendly_errors
 from s3rs_assets.config import TableConfig
 from s3rs_assets.errors import ConfigError
-from s3rs_assets.load_stage import load_target
-from s3rs_assets.partitions import partition_keys, partitions_def, window
+from s3rs_assets.load import LoadTarget
+from s3rs_assets.partitions import partition_keys, time_windows, window
 from s3rs_assets.source import describe, safety_bound
 from s3rs_assets.verify import unpartitioned_rows, verify_table
 from s3rs_assets.waiting import count_windows, waiting
@@ -128,15 +128,16 @@ def verify(name: str, from_key: str | None, to_key: str | None, as_json: bool) -
     """
     table = _table(name)
     keys = _range(table, from_key, to_key)
-    pdef = partitions_def(table)
+    pdef = time_windows(table)
     parts = [(k, *window(pdef, k)) for k in keys]
     every = partition_keys(table)
     mysql, warehouse = _mysql(), _warehouse()
-    target = load_target(table, mysql)
     with mysql.connect() as conn:
+        src = describe(conn, table)  # what the load stage's load_target does, run-free
+        target = LoadTarget.from_table_config(table, src.columns, src.primary_key)
         # Rows at or above the safety bound are not yet synced: compared by nobody
         # (sync, reconcile and matches_mysql all stop there), counted apart (waiting.py).
-        bound = safety_bound(conn, table.lag, whole_days=describe(conn, table).cursor_is_date)
+        bound = safety_bound(conn, table.lag, whole_days=src.cursor_is_date)
         below, above = split_at_bound(parts, bound.upper)
         checks = verify_table(conn, warehouse, target, table, below)
         pending = dict(zip([k for k, _, _ in above],

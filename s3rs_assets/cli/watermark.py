@@ -32,7 +32,7 @@ from s3rs_assets.cli.watermark_history import watermark_history, watermark_resto
 from s3rs_assets.config import TableConfig, load_tables
 from s3rs_assets.errors import ConfigError, S3rsError
 from s3rs_assets.load import clear_ledger, ledger_versions
-from s3rs_assets.partitions import partition_keys, partitions_def, window
+from s3rs_assets.partitions import partition_keys, time_windows, window
 from s3rs_assets.times import TIMESTAMP_HELP, parse_timestamp_syntax, resolve_timestamp
 from s3rs_assets.watermark import WatermarkRecord, iso, utcnow
 from s3rs_assets.watermark.edits import (
@@ -171,7 +171,7 @@ def watermark_set(name: str, ts_text: str, yes: bool, dry_run: bool) -> None:
     parse_timestamp_syntax(ts_text)  # reject 'banana' / 2024-02-30 before any connection
     source_now = _source_now()
     ts = resolve_timestamp(ts_text, source_now)
-    first = window(partitions_def(table), partition_keys(table)[0])[0]
+    first = window(time_windows(table), partition_keys(table)[0])[0]
     if ts < first:
         raise ConfigError(
             f"timestamp {_fmt(ts)} is before {table.name}'s first partition ({_fmt(first)}, "

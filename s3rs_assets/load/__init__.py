@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from s3rs_assets.load.copy_postgres import ValueTooLongError
     from s3rs_assets.load.ddl import ensure_target
     from s3rs_assets.load.ledger import clear as clear_ledger
-    from s3rs_assets.load.ledger import ledger_files, ledger_versions
+    from s3rs_assets.load.ledger import ledger_files, ledger_versions, loaded_since
     from s3rs_assets.load.transaction import CHECKPOINTS, LoadError, LoadResult, load_files
 
 #: imported on first use: the load itself (and Dagster's logger with it) is not needed by
@@ -36,6 +36,7 @@ _LAZY = {
     "clear_ledger": ("ledger", "clear"),
     "ledger_files": ("ledger", "ledger_files"),
     "ledger_versions": ("ledger", "ledger_versions"),
+    "loaded_since": ("ledger", "loaded_since"),
     "CHECKPOINTS": ("transaction", "CHECKPOINTS"),
     "LoadError": ("transaction", "LoadError"),
     "LoadResult": ("transaction", "LoadResult"),
@@ -60,5 +61,6 @@ __all__ = [
     "ensure_target",
     "ledger_files",
     "ledger_versions",
+    "loaded_since",
     "load_files",
 ]

@@ -125,10 +125,15 @@ def _prepare(client: Any, bucket: str, f: FileEntry, target: LoadTarget) -> list
 
 
 def copy_postgres(
-    conn: WarehouseConnection, s3: S3Resource, target: LoadTarget, files: Sequence[FileEntry]
-) -> None:
-    """Stream the files into the staging table; the next files download, decode and encode
-    while the current one is being copied."""
+    conn: WarehouseConnection,
+    s3: S3Resource,
+    target: LoadTarget,
+    files: Sequence[FileEntry],
+    direct: bool = False,
+) -> int:
+    """Stream the files into the staging table (with `direct`: into the target); the next
+    files download, decode and encode while the current one is being copied. The rows
+    copied."""
     client = s3.client()
     pending: deque[Future[list[memoryview]]] = deque()
     queue = iter(files)
@@ -150,7 +155,7 @@ def copy_postgres(
             yield TRAILER
 
         try:
-            conn.copy_from_stdin(postgres_copy_sql(target), chunks())
+            return conn.copy_from_stdin(postgres_copy_sql(target, direct), chunks())
         finally:
             for fut in pending:
                 fut.cancel()

@@ -38,13 +38,13 @@ changing anything: they are what the planner, `s3clean` and the sensors ask.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import dagster as dg
-
+from s3rs_assets.connections import WarehouseConnection
 from s3rs_assets.errors import ConfigError
 from s3rs_assets.identifiers import check_identifier
 from s3rs_assets.load.sql import (
@@ -55,6 +55,7 @@ from s3rs_assets.load.sql import (
     ledger_discard_stale_sql,
     ledger_files_sql,
     ledger_insert_sql,
+    ledger_loaded_since_sql,
     ledger_lookup_sql,
     ledger_partitions_sql,
     ledger_summary_sql,
@@ -64,13 +65,17 @@ from s3rs_assets.load.sql import (
     target_probe_sql,
 )
 from s3rs_assets.load.target import LEDGER_TABLE, STATE_TABLE, LoadTarget
-from s3rs_assets.warehouse import WarehouseConnection, WarehouseResource
 from s3rs_assets.watermark import FileEntry
+
+if TYPE_CHECKING:  # the resource or a plain connector (connections.py): both connect()
+    from s3rs_assets.warehouse import WarehouseResource
 
 #: file keys per lookup or insert statement
 LEDGER_BATCH = 200
 
-log = dg.get_dagster_logger("s3rs.load")
+#: dg.get_dagster_logger("s3rs.load") by name, so that reading the ledger (s3clean,
+#: watermark reset) does not import Dagster; inside a run Dagster captures it as before
+log = logging.getLogger("dagster.builtin.s3rs.load")
 
 
 def ledger_columns(conn: WarehouseConnection, schema: str) -> set[str]:
@@ -335,3 +340,11 @@ def ledger_versions(warehouse: WarehouseResource, schema: str, table: str) -> se
     check_identifier(table, "warehouse table")
     with warehouse.connection(autocommit=True) as conn:
         return {(key, md5) for key, md5, _ in current_ledger(conn, schema, table)}
+
+
+def loaded_since(warehouse: WarehouseResource, target: LoadTarget, since: datetime) -> set[str]:
+    """The partitions of `target` with files loaded at or after `since` (naive UTC, like
+    `loaded_at`): what a run that started then moved rows into, from the ledger."""
+    with warehouse.connection(autocommit=True) as conn:
+        rows = conn.query(ledger_loaded_since_sql(target.schema), (target.table, since))
+    return {key for (key,) in rows}

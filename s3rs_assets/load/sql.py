@@ -243,6 +243,15 @@ def ledger_files_sql(schema: str, by_partition: bool, scope: LedgerScope = "iden
     return sql + ' ORDER BY "loaded_at", "file_key"'
 
 
+def ledger_loaded_since_sql(schema: str) -> str:
+    """The partition keys of one table's files loaded at or after a time: the partitions a
+    run moved rows into (checks.matches_mysql)."""
+    return (
+        f'SELECT DISTINCT "partition_key" FROM {pg_table(schema, LEDGER_TABLE)} '
+        'WHERE "table_name" = %s AND "loaded_at" >= %s'
+    )
+
+
 # ------------------------------------------------------------------------ stage, COPY
 
 
@@ -270,9 +279,12 @@ def redshift_copy_sql(manifest_url: str, iam_role: str, table: str = STAGE_TABLE
     )
 
 
-def postgres_copy_sql(target: LoadTarget) -> str:
+def postgres_copy_sql(target: LoadTarget, direct: bool = False) -> str:
+    """COPY into the staging table, or with `direct` into the target itself (a partition
+    never loaded: transaction.py)."""
     cols = column_list(target.column_names)
-    return f"COPY {pg_quote(STAGE_TABLE)} ({cols}) FROM STDIN (FORMAT binary)"
+    into = pg_table(target.schema, target.table) if direct else pg_quote(STAGE_TABLE)
+    return f"COPY {into} ({cols}) FROM STDIN (FORMAT binary)"
 
 
 def stage_fill_sql(columns: Sequence[str], source: str) -> str:

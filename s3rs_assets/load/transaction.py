@@ -22,6 +22,18 @@ One load is one transaction, whatever the dialect:
    failures (40001, 40P01, Redshift 1023) and racing-loader unique violations (23505)
    rerun the whole transaction, with backoff, a bounded number of times.
 
+A partition never loaded (the warehouse ledger, the truth, holds no file of it for this
+target) takes a shorter way on PostgreSQL: steps 3-4 become one `COPY` straight into the
+target, behind a savepoint, in the same transaction as its ledger rows. The target's
+primary key refuses a key it already holds (a row that moved in from another partition) or
+one the files hold twice, and a binary format error refuses a column the target keeps
+wider; either rolls back to the savepoint and the load takes the staging way. Redshift
+enforces no key, so it always stages and merges.
+
+The ledger's reads are one query for the partition (`partition_ledger`: what is loaded of
+it, which also tells "never loaded" and gives the ledger rows after the load) besides the
+lookup of the files' versions.
+
 DDL (ddl.ensure_target) runs before, outside the transaction. `checkpoint=` is the one
 observer a caller gets inside the transaction: it is called with each name of CHECKPOINTS,
 and an exception it raises aborts the load there (tests crash loads that way).
@@ -58,8 +70,15 @@ from s3rs_assets.warehouse import (
 )
 from s3rs_assets.watermark import FileEntry, utcnow
 
-#: Checkpoints a load passes, in order; `checkpoint=` callbacks receive these names.
+#: Checkpoints a load passes, in order; `checkpoint=` callbacks receive these names (a
+#: direct load passes "after_merge" right after its COPY: the rows are in the target).
 CHECKPOINTS = ("after_ledger", "after_copy", "after_merge", "before_commit")
+
+#: what the target's refusal of a direct COPY looks like (then the load stages): a key
+#: it holds or a key twice (23505), a NULL key (23502), a column it keeps in another type
+#: (22P03 binary format, 42804 datatype mismatch)
+DIRECT_REFUSALS = ("23505", "23502", "22P03", "42804")
+_SAVEPOINT = '"s3rs_direct"'
 
 log = dg.get_dagster_logger("s3rs.load")
 
@@ -102,6 +121,10 @@ class LoadResult:
     #: partitions whose ledger entries were discarded: none of their files is in the target
     #: now, whatever the watermark's mirror of the ledger still says
     reload_partitions: list[str] = field(default_factory=list)
+    #: the rows went straight into the target (a partition never loaded), no staging/merge
+    direct: bool = False
+    #: a direct COPY the target refused (so the load staged and merged): the SQLSTATE
+    direct_refused: str = ""
 
     @property
     def rows_not_inserted(self) -> int:
@@ -126,6 +149,7 @@ class LoadResult:
             "dialect": self.dialect,
             "load_id": self.load_id,
             "target_id": self.target_id,
+            "direct": self.direct,
             **(
                 {
                     "reloaded_reason": self.reloaded_reason,
@@ -143,6 +167,7 @@ class LoadResult:
         self.target_id = settled.target_id
         self.reloaded_reason, self.ledger_discarded = settled.reason, settled.discarded
         self.reload_partitions = list(settled.partitions)
+        self.direct, self.direct_refused = False, ""
 
 
 def _check_files(target: LoadTarget, partition_key: str, files: Sequence[FileEntry]) -> None:
@@ -167,10 +192,12 @@ def load_files(
     max_attempts: int = retry.WAREHOUSE_BACKOFF.attempts,
     backoff_seconds: float = retry.WAREHOUSE_BACKOFF.first,
     retries: retry.Retries | None = None,
+    direct: bool = True,
 ) -> LoadResult:
     """Load `files` (one partition's parquet objects in `s3.bucket`) into `target`.
 
-    Exactly once: files already in the ledger are skipped, the rest are merged and recorded
+    Exactly once: files already in the ledger are skipped, the rest are merged (or, into a
+    partition never loaded, copied straight in; `direct=False` always stages) and recorded
     in the ledger in one transaction. `checkpoint(name)` is called at each of CHECKPOINTS
     inside the transaction; what it raises aborts (and rolls back) the load. Transient
     errors rerun the transaction (retry.call, counted in `retries`).
@@ -191,7 +218,8 @@ def load_files(
         conn = warehouse.connect()
         try:
             _load_once(
-                conn, warehouse, s3, target, partition_key, files, result, observe, before_merge
+                conn, warehouse, s3, target, partition_key, files, result, observe,
+                before_merge, direct
             )
         except Exception:
             conn.rollback()
@@ -243,6 +271,7 @@ def _load_once(
     result: LoadResult,
     checkpoint: Callable[[str], None],
     before_merge: Callable[[WarehouseConnection], None] | None = None,
+    allow_direct: bool = True,
 ) -> None:
     """One attempt: steps 1-5 of the module docstring, committed or raising."""
     settled = ledger.settle(conn, target)
@@ -251,9 +280,11 @@ def _load_once(
     loaded = ledger.loaded_versions(conn, target, ident, files)
     todo = [f for f in files if (f.key, f.md5) not in loaded]
     result.files_skipped = [f.key for f in files if (f.key, f.md5) in loaded]
+    # what of this partition is loaded: "never" allows the direct COPY (the ledger decides,
+    # not the record's mirror), and with this load's files the ledger rows afterwards
+    before = ledger.partition_ledger(conn, target, ident, partition_key)
+    result.ledger_rows = sum({**before, **{f.key: f.rows for f in todo}}.values())
     if not todo:
-        partition = ledger.partition_ledger(conn, target, ident, partition_key)
-        result.ledger_rows = sum(partition.values())
         if settled.changed:
             ledger.write_state(conn, target, ident, result.load_id, utcnow())
             conn.commit()
@@ -266,21 +297,16 @@ def _load_once(
     checkpoint("after_ledger")
 
     t0 = time.monotonic()
-    staged, distinct_keys = _stage(conn, warehouse, s3, target, partition_key, todo)
-    result.copy_seconds = time.monotonic() - t0
-    checkpoint("after_copy")
-    if before_merge is not None:
-        before_merge(conn)
-
-    t1 = time.monotonic()
-    delete, insert, drop = merge_sql(target, distinct_keys != staged, conn.dialect)
-    result.rows_deleted = conn.execute(delete)
-    result.rows_inserted = conn.execute(insert)
-    conn.execute(drop)
-    result.merge_seconds = time.monotonic() - t1
-    checkpoint("after_merge")
-
-    result.ledger_rows = sum(ledger.partition_ledger(conn, target, ident, partition_key).values())
+    direct = allow_direct and not before and before_merge is None and conn.dialect == "postgres"
+    if direct and _copy_direct(conn, s3, target, partition_key, todo, result):
+        staged = result.rows_inserted
+        result.copy_seconds = time.monotonic() - t0
+        checkpoint("after_copy")
+        checkpoint("after_merge")
+    else:
+        staged = _stage_and_merge(
+            conn, warehouse, s3, target, partition_key, todo, result, checkpoint, before_merge
+        )
     # what this load leaves in the target: tells s3rs's own deletes from a TRUNCATE later
     ledger.write_state(conn, target, ident, result.load_id, utcnow())
     checkpoint("before_commit")
@@ -288,6 +314,68 @@ def _load_once(
     result.rows_staged = staged
     result.files_loaded = [f.key for f in todo]
     result.bytes_loaded = sum(f.bytes for f in todo)
+
+
+def _copy_direct(
+    conn: WarehouseConnection,
+    s3: S3Resource,
+    target: LoadTarget,
+    partition_key: str,
+    files: Sequence[FileEntry],
+    result: LoadResult,
+) -> bool:
+    """COPY `files` straight into the target behind a savepoint: True when it took them
+    (`result` counts the rows), False when the target refused them (DIRECT_REFUSALS; rolled
+    back to the savepoint, the ledger rows kept) and the load must stage and merge."""
+    conn.execute(f"SAVEPOINT {_SAVEPOINT}")
+    try:
+        copied = copy_postgres(conn, s3, target, files, direct=True)
+    except Exception as e:
+        state = sqlstate(e) if is_driver_error(e) else None
+        if state not in DIRECT_REFUSALS:
+            raise
+        conn.execute(f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}")
+        result.direct_refused = str(state)
+        log.debug(f"{target.qualified} partition {partition_key}: direct COPY refused "
+                  f"({state}); staging and merging instead")
+        return False
+    expected = sum(f.rows for f in files)
+    if copied != expected:
+        raise IntegrityError(
+            f"{target.qualified} partition {partition_key}: COPY wrote {copied} rows but the "
+            f"file manifests list {expected}; nothing was loaded"
+        )
+    conn.execute(f"RELEASE SAVEPOINT {_SAVEPOINT}")
+    result.direct, result.rows_inserted, result.rows_deleted = True, copied, 0
+    return True
+
+
+def _stage_and_merge(
+    conn: WarehouseConnection,
+    warehouse: WarehouseResource,
+    s3: S3Resource,
+    target: LoadTarget,
+    partition_key: str,
+    files: Sequence[FileEntry],
+    result: LoadResult,
+    checkpoint: Callable[[str], None],
+    before_merge: Callable[[WarehouseConnection], None] | None,
+) -> int:
+    """Steps 3-4: staging, the caller's `before_merge`, the merge; the rows staged."""
+    t0 = time.monotonic()
+    staged, distinct_keys = _stage(conn, warehouse, s3, target, partition_key, files)
+    result.copy_seconds = time.monotonic() - t0
+    checkpoint("after_copy")
+    if before_merge is not None:
+        before_merge(conn)
+    t1 = time.monotonic()
+    delete, insert, drop = merge_sql(target, distinct_keys != staged, conn.dialect)
+    result.rows_deleted = conn.execute(delete)
+    result.rows_inserted = conn.execute(insert)
+    conn.execute(drop)
+    result.merge_seconds = time.monotonic() - t1
+    checkpoint("after_merge")
+    return staged
 
 
 def _stage(

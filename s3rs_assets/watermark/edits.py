@@ -17,7 +17,7 @@ from typing import Any
 
 from s3rs_assets.config import TableConfig
 from s3rs_assets.errors import WatermarkConflict
-from s3rs_assets.partitions import partitions_def, window, windows
+from s3rs_assets.partitions import time_windows, window, windows
 from s3rs_assets.watermark import PartitionState, Position, WatermarkRecord, iso, utcnow
 
 #: `backup_strategy` of a record a person set or reset by hand.
@@ -27,7 +27,7 @@ MANUAL_STRATEGY = "manual_cli"
 def first_incomplete(table: TableConfig, record: WatermarkRecord | None) -> str:
     """The first partition the next backup reads in (the last one when all are complete):
     where `s3rs sync` starts, and what `watermark get` and `set` show."""
-    all_windows = windows(partitions_def(table))
+    all_windows = windows(time_windows(table))
     if record is None:
         return all_windows[0][0]
     for key, start, end in all_windows:
@@ -44,7 +44,7 @@ def fmt(ts: datetime | None) -> str:
 def next_start(table: TableConfig, rec: WatermarkRecord | None) -> tuple[str, datetime, str]:
     """(partition, timestamp, text) of where the next backup starts reading."""
     key = first_incomplete(table, rec)
-    start, end = window(partitions_def(table), key)
+    start, end = window(time_windows(table), key)
     state = rec.partitions.get(key) if rec else None
     if rec is not None and rec.is_complete(key, start, end):
         return key, start, f"partition {key}: every partition is complete up to now"
@@ -56,7 +56,7 @@ def next_start(table: TableConfig, rec: WatermarkRecord | None) -> tuple[str, da
 def closed_summary(table: TableConfig, rec: WatermarkRecord) -> list[str]:
     """One line per closed range: `2006-02-01 .. 2025-12-31: 7,273 empty partitions closed`
     (first and last partition key, and how many partitions it covers)."""
-    all_w = windows(partitions_def(table))
+    all_w = windows(time_windows(table))
     starts = [s for _, s, _ in all_w]
     out = []
     for r in rec.closed:
@@ -89,7 +89,7 @@ def apply_set(rec: WatermarkRecord, table: TableConfig, ts: datetime) -> None:
     next sync reads them again. No row below `ts` that was extracted is ever lost.
     """
     now = utcnow()
-    all_w = windows(partitions_def(table))
+    all_w = windows(time_windows(table))
     stretch: list[tuple[str, datetime, datetime]] = []  # windows without files, before ts
 
     def flush() -> None:

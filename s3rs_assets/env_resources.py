@@ -1,0 +1,70 @@
+"""The resources from the environment, built in one place for the definitions and the CLI.
+
+Definitions get `EnvVar`s for the secrets (Dagster reads them when a run starts, so no
+secret is stored in the definitions or shown in the UI); `s3rs sync`, which uses the
+resources outside a run to plan it, gets the values now (`resolved=True`), read through
+connections.py's `*_from_env` (the same variables, the same "is not set" errors).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import Any
+
+import dagster as dg
+
+from s3rs_assets.connections import mysql_from_env, s3_from_env, warehouse_from_env
+from s3rs_assets.io_manager import S3RSIOManager
+from s3rs_assets.resources import (
+    DEFAULT_JDBC_JARS,
+    MySQLResource,
+    S3Resource,
+    SparkResource,
+    spark_defaults,
+)
+from s3rs_assets.warehouse import WarehouseResource
+
+#: every resource key the definitions bind
+NAMES = ("mysql", "s3", "spark", "warehouse", "s3rs_io_manager")
+
+
+def _build(name: str, resolved: bool, s3: S3Resource | None) -> Any:
+    if name == "mysql":
+        url = mysql_from_env().url if resolved else dg.EnvVar("S3RS_MYSQL_URL")
+        return MySQLResource(url=url)
+    if name == "s3":
+        if resolved:
+            plain = s3_from_env()
+            return S3Resource(bucket=plain.bucket, prefix=plain.prefix)
+        return S3Resource(
+            bucket=dg.EnvVar("S3RS_S3_BUCKET"), prefix=os.environ.get("S3RS_S3_PREFIX", "s3rs")
+        )
+    if name == "spark":
+        return SparkResource(
+            spark_config=spark_defaults(
+                os.environ.get("S3RS_SPARK_MASTER", "local[*]"),
+                os.environ.get("S3RS_SPARK_JARS", DEFAULT_JDBC_JARS),
+            )
+        )
+    if name == "warehouse":
+        if resolved:
+            plain = warehouse_from_env()
+            return WarehouseResource(url=plain.url, iam_role=plain.iam_role)
+        return WarehouseResource(
+            url=dg.EnvVar("S3RS_REDSHIFT_URL"),
+            iam_role=os.environ.get("S3RS_REDSHIFT_IAM_ROLE") or None,
+        )
+    if name == "s3rs_io_manager":
+        return S3RSIOManager(s3=s3 or _build("s3", resolved, None))
+    raise ValueError(f"no resource {name!r}")
+
+
+def resources_from_env(*, resolved: bool = False, names: Iterable[str] = NAMES) -> dict[str, Any]:
+    """The resources `names` (default: all the definitions bind), configured from the
+    environment: secrets as `EnvVar`s, or with `resolved` their values now (ConfigError
+    naming an unset variable, for the ones asked for only)."""
+    out: dict[str, Any] = {}
+    for name in names:
+        out[name] = _build(name, resolved, out.get("s3"))
+    return out

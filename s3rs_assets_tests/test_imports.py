@@ -1,0 +1,186 @@
+"""Commands that run no sync start without Dagster or Spark (issue 19, "small operations
+instant"): each runs in a fresh interpreter against the real services, and the modules it
+imported are counted. Count, don't time: a bound on the count catches a heavy import long
+before a stopwatch would on a shared machine."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import datetime, timedelta
+
+import click
+import pytest
+import yaml
+from click.utils import make_default_short_help
+
+from s3rs_assets import cli
+from s3rs_assets.config import TableConfig
+from s3rs_assets.connections import MySQLConnector, WarehouseConnector
+from s3rs_assets.layout import Layout
+from s3rs_assets.load import LoadTarget, ensure_target
+from s3rs_assets.source import describe
+from s3rs_assets.watermark import PartitionState, Position
+from s3rs_assets.watermark.store import WatermarkStore
+from s3rs_assets_tests.helpers import make_ties_table
+
+PREFIX = "imports"
+#: never loaded by a reading command (pyarrow and pandas come with Spark's data path)
+HEAVY = ("dagster", "dagster_aws", "dagster_pyspark", "pyspark", "pandas", "pyarrow", "numpy")
+#: modules in sys.modules after the command, measured + ~15%: 144 (--help), 586 (watermark
+#: get/list), 492 (verify), 692 (s3clean list), 802 (reconcile: pyarrow for its repair
+#: files); `import dagster` alone brings ~1,400, with dagster-pyspark ~1,900
+BOUND = {"--help": 170, "watermark": 680, "verify": 570, "s3clean": 800, "reconcile": 920}
+
+_PROBE = """
+import json, runpy, sys
+sys.argv = ["s3rs", *sys.argv[1:]]
+code = 0
+try:
+    runpy.run_module("s3rs_assets.cli", run_name="__main__")
+except SystemExit as e:
+    code = e.code or 0
+sys.stderr.write("\\nIMPORTS " + json.dumps([code, sorted(sys.modules)]) + "\\n")
+"""
+
+
+def day(n: int) -> datetime:
+    return (datetime.now() - timedelta(days=n)).replace(hour=0, minute=0, second=0,
+                                                        microsecond=0)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory, mysql_db, mysql_url, pg_url, moto_endpoint):
+    """A table in MySQL, its copy in the warehouse and a watermark with one partition."""
+    import boto3
+    import pymysql
+
+    s3_client = boto3.client("s3", endpoint_url=moto_endpoint)
+    bucket = f"s3rs-imports-{os.getpid()}"
+    s3_client.create_bucket(Bucket=bucket)
+
+    from s3rs_assets_tests.conftest import MYSQL_HOST, MYSQL_PORT
+
+    rows = [(i, day(2) + timedelta(hours=i % 5)) for i in range(1, 31)]
+    with pymysql.connect(host=MYSQL_HOST, port=MYSQL_PORT, user="root", database=mysql_db,
+                         autocommit=True) as conn:
+        make_ties_table(conn, "imp_orders", rows)
+        src = describe(conn, TableConfig.from_dict({"name": f"{mysql_db}.imp_orders"}))
+    name = f"{mysql_db}.imp_orders"
+    path = tmp_path_factory.mktemp("imports") / "tables.yaml"
+    path.write_text(yaml.safe_dump({"tables": [
+        {"name": name, "start": day(3).strftime("%Y-%m-%d"), "lag": "0s"}]}))
+    cfg = TableConfig.from_dict({"name": name, "start": day(3).strftime("%Y-%m-%d"),
+                                 "lag": "0s"})
+    ensure_target(WarehouseConnector(url=pg_url),
+                  LoadTarget.from_table_config(cfg, src.columns, src.primary_key))
+    store = WatermarkStore(s3_client, bucket, Layout(PREFIX))
+
+    def change(rec):
+        d = day(3)
+        rec.partitions[d.strftime("%Y-%m-%d")] = PartitionState(
+            status="complete", window_start=d, window_end=d + timedelta(days=1), files=[],
+            cursor=Position(c=d, pk=[0]), run_id="seed")
+
+    store.update(name, change)
+    env = {**os.environ, "S3RS_TABLES": str(path), "S3RS_S3_BUCKET": bucket,
+           "S3RS_S3_PREFIX": PREFIX, "S3RS_MYSQL_URL": mysql_url, "S3RS_REDSHIFT_URL": pg_url}
+    for var in ("S3RS_SOURCE_TIMEZONE", "S3RS_SSH_HOST", "S3RS_LOG_FORMAT"):
+        env.pop(var, None)
+    assert MySQLConnector(url=mysql_url).parsed.database == mysql_db
+    return {"name": name, "env": env}
+
+
+def imported(stack: dict, *args: str) -> tuple[int, list[str]]:
+    """(exit code, modules imported) of `s3rs args` in a new interpreter."""
+    p = subprocess.run([sys.executable, "-c", _PROBE, *args], env=stack["env"],
+                       capture_output=True, text=True, timeout=120)
+    line = [ln for ln in p.stderr.splitlines() if ln.startswith("IMPORTS ")][-1]
+    code, modules = json.loads(line.removeprefix("IMPORTS "))
+    return code, modules
+
+
+COMMANDS = [
+    ("--help",),
+    ("watermark", "--help"),
+    ("watermark", "get", "-t", "{name}"),
+    ("watermark", "get", "-t", "{name}", "--json"),
+    ("watermark", "list"),
+    ("verify", "-t", "{name}"),
+    ("reconcile", "-t", "{name}"),
+    ("s3clean", "list", "-t", "{name}"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args", COMMANDS, ids=" ".join)
+def test_a_command_that_runs_no_sync_imports_neither_dagster_nor_spark(stack, args):
+    code, modules = imported(stack, *(a.format(name=stack["name"]) for a in args))
+    assert code in (0, 1), f"{args} exited {code}"  # it ran (1: a finding, not an error)
+    top = {m.split(".")[0] for m in modules}
+    heavy = sorted(top & set(HEAVY))
+    allowed = {"pyarrow", "numpy"} if args[0] == "reconcile" else set()  # its row hashes
+    assert set(heavy) <= allowed, f"{' '.join(args)} imported {heavy}"
+    assert len(modules) <= BOUND[args[0]], len(modules)
+
+
+@pytest.mark.slow
+def test_sync_still_imports_dagster(stack):
+    """The probe itself sees a heavy import (so the test above can fail)."""
+    _, modules = imported(stack, "sync", "--help")
+    assert "dagster" in modules
+
+
+def test_help_summaries_match_the_commands():
+    """`s3rs --help` prints SUMMARIES instead of importing each command: they must say
+    what the commands' own help says."""
+    ctx = click.Context(cli.main)
+    for name in cli.COMMANDS:
+        command = cli.main.get_command(ctx, name)
+        for limit in (45, 80, 200):
+            assert make_default_short_help(cli.SUMMARIES[name], limit) == (
+                command.get_short_help_str(limit)), name
+
+
+#: zones with daylight-saving changes of every kind the plain windows must match or refuse
+ZONES = ["UTC", "America/New_York", "Europe/London", "Asia/Kolkata", "Australia/Lord_Howe",
+         "America/Santiago", "Pacific/Apia", "Asia/Tehran", "America/St_Johns"]
+SIZES = {"hourly": datetime(2024, 1, 1), "daily": datetime(2009, 1, 1),
+         "weekly": datetime(2008, 12, 29), "monthly": datetime(2000, 1, 1)}
+
+
+@pytest.mark.parametrize("tz", ZONES)
+def test_plain_windows_are_dagsters_or_refuse(tz):
+    """partition_windows.PlainPartitions gives Dagster's keys, windows and key lookups, or
+    raises Irregular (then partitions.time_windows falls back to Dagster's definition)."""
+    import dagster as dg
+
+    from s3rs_assets.partition_windows import Irregular, PlainPartitions
+
+    make = {"hourly": dg.HourlyPartitionsDefinition, "daily": dg.DailyPartitionsDefinition,
+            "monthly": dg.MonthlyPartitionsDefinition}
+    for size, start in SIZES.items():
+        if size == "weekly":
+            d = dg.WeeklyPartitionsDefinition(start_date=start, end_offset=1, timezone=tz,
+                                              day_offset=1)
+        else:
+            d = make[size](start_date=start, end_offset=1, timezone=tz)
+        try:
+            p = PlainPartitions(size, start, tz)
+        except Irregular:
+            continue
+        keys = d.get_partition_keys()
+        assert p.get_partition_keys() == keys, (tz, size)
+        assert p.get_last_partition_key() == d.get_last_partition_key()
+        step = max(1, len(keys) // 500)
+        for k in keys[::step] + keys[-2:]:
+            a, b = d.time_window_for_partition_key(k), p.time_window_for_partition_key(k)
+            assert (a.start, a.end, a.start.utcoffset()) == (b.start, b.end, b.start.utcoffset())
+            for ts in (a.start.timestamp(), a.end.timestamp() - 1):
+                assert p.get_partition_key_for_timestamp(ts) == (
+                    d.get_partition_key_for_timestamp(ts)), (tz, size, k)
+    if tz in ("UTC", "America/New_York", "Europe/London"):  # the common zones are covered
+        PlainPartitions("hourly", SIZES["hourly"], tz)
+        PlainPartitions("daily", SIZES["daily"], tz)
