@@ -21,6 +21,7 @@ The warehouse and S3 are asked once per table and sync, not per partition.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -229,28 +230,32 @@ def prepare(
 
     A warehouse or MySQL that cannot be reached raises ConfigError before anything is
     written: a sync must never report "nothing to do" over a target it could not see."""
-    record = store.read(table.name, fresh=True)
-    loaded: Loaded = set()
-    lost: dict[str, list[str]] = {}
-    if "load" in stages:
-        loaded = ledger_versions(warehouse, table.target_schema, table.target_table)
-        lost = lost_files(s3, table, unloaded(record, loaded))
-        if lost:
-            record = forget_lost(store, table.name, lost)
-        record = mirror_ledger(store, table.name, record, loaded)
     backup_work: list[str] = []
     found = Scan([], [])
     bound = None
-    if "backup" in stages:
-        with mysql.connection() as conn:
+    with ExitStack() as stack:
+        # MySQL first: a misspelt column, a refused login or a zone mismatch stops the sync
+        # before the ledger's truth is written into the record (exit 2 changes nothing)
+        conn = stack.enter_context(mysql.connection()) if "backup" in stages else None
+        if conn is not None:
             src = describe(conn, table)
             check_clock(conn, src)  # a zone mismatch stops here, before any probe or write
             bound = safety_bound(conn, table.lag, whole_days=src.cursor_is_date).upper
+        record = store.read(table.name, fresh=True)
+        loaded: Loaded = set()
+        lost: dict[str, list[str]] = {}
+        if "load" in stages:
+            loaded = ledger_versions(warehouse, table.target_schema, table.target_table)
+            lost = lost_files(s3, table, unloaded(record, loaded))
+            if lost:
+                record = forget_lost(store, table.name, lost)
+            record = mirror_ledger(store, table.name, record, loaded)
+        if conn is not None:
             found = scan(conn, src, record, windows(partitions_def(table)), bound)
-        if found.empty:
-            close_empty(store, table.name, found.empty)
-            record = store.read(table.name)
-        backup_work = found.work
+    if found.empty:
+        close_empty(store, table.name, found.empty)
+        record = store.read(table.name)
+    backup_work = found.work
     load_work = list(unloaded(record, loaded)) if "load" in stages else []
     plans = plan_work(table, record, stages, backup_work, load_work)
     return Prepared(plans, len(found.empty), found.probes, bound, lost, len(loaded))
