@@ -4,7 +4,11 @@ Hypothesis draws a table (key column types and collations, composite keys, curso
 DATETIME(0..6) or TIMESTAMP(0..6), nullable non-key columns), rows with many ties on the
 cursor, a chunk size, a parallelism and a reader; syncs it; updates and inserts rows (some
 moved to a later partition, some onto an existing timestamp); syncs again; and after each
-sync compares every column of every row between MySQL and PostgreSQL.
+sync compares every column of every row between MySQL and PostgreSQL. Each table also has
+one to four extra columns of random types the type map knows (`type_shapes.py`: every
+integer width, DECIMAL(1..38, s), FLOAT/DOUBLE, DATE/DATETIME(n)/TIMESTAMP(n)/TIME(n) with
+zero dates, YEAR, BIT(n), text and JSON in utf8mb4, ENUM/SET, UUID/INET, binary, points),
+with NULLs and extremes.
 
 Three examples run in the normal suite (10-30 s each on a 2-core machine, more when loaded);
 `S3RS_HYPOTHESIS_EXAMPLES=50` runs more.
@@ -32,6 +36,7 @@ from s3rs_assets.names import asset_key
 from s3rs_assets.resources import S3Resource
 from s3rs_assets_tests.conftest import MYSQL_HOST, MYSQL_PORT
 from s3rs_assets_tests.helpers import resources, table_cfg
+from s3rs_assets_tests.type_shapes import Col, column, with_null
 
 EXAMPLES = int(os.environ.get("S3RS_HYPOTHESIS_EXAMPLES", "3"))
 DAY = datetime(2025, 3, 1)
@@ -73,6 +78,7 @@ class Shape:
     chunk_rows: int
     parallelism: int
     reader: str
+    extras: list[Col]  # columns x0.. of random types (type_shapes)
 
 
 @st.composite
@@ -87,6 +93,7 @@ def shapes(draw) -> Shape:
         chunk_rows=draw(st.integers(1, 9)),
         parallelism=draw(st.integers(1, 3)),
         reader=draw(st.sampled_from(["connectorx", "jdbc"])),
+        extras=draw(st.lists(column(), min_size=1, max_size=4)),
     )
 
 
@@ -105,7 +112,13 @@ def _row(draw, shape: Shape, day: int) -> dict[str, Any]:
     row["update_at"] = _stamp(draw, day, shape.precision)
     for i, o in enumerate(shape.others):
         row[f"c{i}"] = draw(st.none() | OTHER_KINDS[o][1])
+    for i, col in enumerate(shape.extras):
+        row[f"x{i}"] = Literal(draw(with_null(col)))
     return row
+
+
+class Literal(str):
+    """A value written into the INSERT as SQL text (bits, zero dates, geometries)."""
 
 
 @st.composite
@@ -123,9 +136,10 @@ def _insert(conn, table: str, rows: list[dict]) -> None:
     with conn.cursor() as cur:
         for r in rows:
             cols = ", ".join(f"`{c}`" for c in r)
-            marks = ", ".join(["%s"] * len(r))
+            marks = ", ".join(v.replace("%", "%%") if isinstance(v, Literal) else "%s"
+                              for v in r.values())
             cur.execute(f"INSERT IGNORE INTO `{table}` ({cols}) VALUES ({marks})",
-                        list(r.values()))
+                        [v for v in r.values() if not isinstance(v, Literal)])
 
 
 def _materialize(cfg, res, start: str, end: str) -> None:
@@ -152,8 +166,12 @@ def _normal(v: Any) -> Any:
 def _compare(conn, table: str, pg_url: str, schema: str, shape: Shape, when: str) -> int:
     cols = [f"k{i}" for i in range(len(shape.keys))] + ["update_at"] + [
         f"c{i}" for i in range(len(shape.others))]
+    extras = [f"x{i}" for i in range(len(shape.extras))]
+    exprs = [f"`{c}`" for c in cols] + [c.mysql_expr(n) for c, n in zip(shape.extras, extras,
+                                                                          strict=True)]
+    cols += extras
     with conn.cursor() as cur:
-        cur.execute(f"SELECT {', '.join(f'`{c}`' for c in cols)} FROM `{table}`")
+        cur.execute(f"SELECT {', '.join(exprs)} FROM `{table}`")
         mine = [tuple(r) for r in cur.fetchall()]
     with psycopg.connect(pg_url) as pg:
         theirs = pg.execute(
@@ -161,11 +179,14 @@ def _compare(conn, table: str, pg_url: str, schema: str, shape: Shape, when: str
             f'FROM "{schema}"."{table}"').fetchall()
     flags = [i + len(shape.keys) + 1 for i, o in enumerate(shape.others) if o == "flag"]
 
+    first_extra = len(cols) - len(shape.extras)
+
     def norm(row: tuple, mysql: bool) -> tuple:
-        out = [_normal(v) for v in row]
+        out = [_normal(v) for v in row[:first_extra]]
         if mysql:
             for i in flags:
                 out[i] = None if out[i] is None else bool(out[i])
+        out += [c.norm(v) for c, v in zip(shape.extras, row[first_extra:], strict=True)]
         return tuple(out)
 
     nk = len(shape.keys)
@@ -204,6 +225,7 @@ def test_random_tables_sync_exactly_twice(scenario, mysql_db, pg_url, moto_endpo
     ddl = [f"`k{i}` {KEY_KINDS[k][0]}" for i, k in enumerate(shape.keys)]
     ddl.append(f"`update_at` {shape.cursor}")
     ddl += [f"`c{i}` {OTHER_KINDS[o][0]}" for i, o in enumerate(shape.others)]
+    ddl += [f"`x{i}` {c.ddl}" for i, c in enumerate(shape.extras)]
     try:
         with conn.cursor() as cur:
             cur.execute("SET SESSION time_zone = '+00:00'")
