@@ -43,7 +43,7 @@ from s3rs_assets.assets import build_table_assets
 from s3rs_assets.config import DatabaseURL, TableConfig
 from s3rs_assets.io_manager import S3RSIOManager, store_for
 from s3rs_assets.load import LoadTarget, load_files
-from s3rs_assets.names import asset_key
+from s3rs_assets.names import asset_key, metadata_facts
 from s3rs_assets.resources import (
     DEFAULT_JDBC_JARS,
     MySQLResource,
@@ -117,13 +117,6 @@ class StageEnv:
         }
 
 
-def _meta_value(v: Any) -> Any:
-    for attr in ("value", "data", "text"):
-        if hasattr(v, attr):
-            return getattr(v, attr)
-    return v
-
-
 def chunk_figures(instance: dg.DagsterInstance, run_id: str) -> list[dict[str, Any]]:
     """Per-chunk read+write, planning and checkpoint seconds, from the asset's log lines."""
     chunks = []
@@ -167,7 +160,7 @@ def run_backup(env: StageEnv, cfg: TableConfig, partition: str,
         result, wall = materialize(env, cfg, "s3_parquet", partition)
     instance = dg.DagsterInstance.get()
     event = instance.get_latest_materialization_event(asset_key(cfg, "s3_parquet"))
-    meta = {k: _meta_value(v) for k, v in event.asset_materialization.metadata.items()}
+    meta = metadata_facts(event.asset_materialization.metadata)  # raw figures, not "1.8 s"
     chunks = chunk_figures(instance, result.run_id)
     record = store_for(env.s3).read(cfg.name)
     files = list(record.partitions[partition].files) if record else []

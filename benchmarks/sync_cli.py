@@ -147,8 +147,10 @@ def run_figures(instance: dg.DagsterInstance, record: Any) -> dict[str, Any]:
         event = entry.dagster_event
         if event is None or event.event_type_value != "ASSET_MATERIALIZATION":
             continue
-        meta = event.event_specific_data.materialization.metadata
+        from s3rs_assets.names import metadata_facts
+
+        meta = metadata_facts(event.event_specific_data.materialization.metadata)
         if "spark_startup_seconds" in meta:
-            out["spark_startup_s"] = float(meta["spark_startup_seconds"].value)
-            out["asset_s"] = float(meta["seconds"].value) if "seconds" in meta else None
+            out["spark_startup_s"] = float(meta["spark_startup_seconds"])
+            out["asset_s"] = float(meta["seconds"]) if "seconds" in meta else None
     return out
