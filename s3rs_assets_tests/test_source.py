@@ -13,6 +13,7 @@ import pytest
 
 from s3rs_assets.errors import SourceSchemaError
 from s3rs_assets.io_manager import store_for
+from s3rs_assets.names import metadata_facts
 from s3rs_assets.source import blockers, describe, safety_bound
 from s3rs_assets_tests.helpers import (
     backup,
@@ -110,8 +111,8 @@ def test_least_privilege_user_degrades_gracefully(shapes, mysql_db, s3_resource,
     with dg.instance_for_test() as instance:
         result = backup(cfg, resources(url, s3_resource, spark_resource), partition="2025-03-04",
                         instance=instance)
-    md = result.get_asset_materialization_events()[0].materialization.metadata
-    bound = md["safety_bound"].value
+    md = metadata_facts(result.get_asset_materialization_events()[0].materialization.metadata)
+    bound = md["safety_bound"]
     assert bound["innodb_trx_readable"] is False
     assert "needs PROCESS" in bound["note"]
     ids = read_manifest_ids(s3_client, s3_resource.bucket,
@@ -136,10 +137,10 @@ def test_rows_no_partition_reads_are_counted_not_dropped(shapes, mysql_db, mysql
         )
     cfg = table_cfg(mysql_db, "odd_rows")
     result = backup(cfg, resources(mysql_url, s3_resource, spark_resource), partition="2025-03-04")
-    md = result.get_asset_materialization_events()[0].materialization.metadata
-    assert md["null_cursor_rows"].value == 2
-    assert md["zero_date_cursor_rows"].value == 1
-    assert md["rows_before_start"].value == 1
+    md = metadata_facts(result.get_asset_materialization_events()[0].materialization.metadata)
+    assert md["null_cursor_rows"] == 2
+    assert md["zero_date_cursor_rows"] == 1
+    assert md["rows_before_start"] == 1
     ids = read_manifest_ids(s3_client, s3_resource.bucket,
                             manifest_keys(store_for(s3_resource), cfg.name))
     assert sorted(ids) == [1, 6]
@@ -259,8 +260,8 @@ def test_sync_does_not_pass_a_row_a_slow_statement_commits_late(
         with shapes.cursor() as cur:
             cur.execute("SELECT RELEASE_LOCK(%s)", (gate,))
         slow.join()
-    md = first.get_asset_materialization_events()[0].materialization.metadata
-    assert md["safety_bound"].value["oldest_statement_in_flight"] is not None
+    md = metadata_facts(first.get_asset_materialization_events()[0].materialization.metadata)
+    assert md["safety_bound"]["oldest_statement_in_flight"] is not None
     backup(cfg, res, start=days[0], end=days[1])
     ids = read_manifest_ids(s3_client, s3_resource.bucket,
                             manifest_keys(store_for(s3_resource), cfg.name))
