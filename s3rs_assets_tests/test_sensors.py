@@ -527,7 +527,7 @@ NO_SPARK_SCRIPT = textwrap.dedent(
     from s3rs_assets.config import TableConfig
     from s3rs_assets.resources import MySQLResource, S3Resource
     from s3rs_assets.sensors import build_sensors
-from s3rs_assets.sensors.guard import WatermarkRestored
+    from s3rs_assets.sensors.guard import WatermarkRestored
 
     args = json.loads(sys.argv[1])
     cfg = TableConfig.from_dict(
