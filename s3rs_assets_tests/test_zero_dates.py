@@ -18,6 +18,7 @@ import pytest
 
 from s3rs_assets.cli.watermark import render_record
 from s3rs_assets.io_manager import store_for
+from s3rs_assets.names import metadata_facts
 from s3rs_assets.source import describe, first_row, plan_chunk
 from s3rs_assets.source.probes import zero_in_date_ranges
 from s3rs_assets.watermark import Position
@@ -68,7 +69,7 @@ def test_zero_in_date_cursors_are_counted_and_the_rest_syncs(
     assert result.success
     (backup,) = [m for m in result.get_asset_materialization_events()
                  if m.asset_key.path[-1] == "s3_parquet"][-1:]
-    assert backup.materialization.metadata["zero_date_cursor_rows"].value == zeros
+    assert metadata_facts(backup.materialization.metadata)["zero_date_cursor_rows"] == zeros
 
     with conn.cursor() as cur:
         cur.execute(f"SELECT id, update_at, note FROM `{name}` WHERE NOT (MONTH(update_at) = 0 "
