@@ -16,8 +16,15 @@ The cost of a run follows the rows it reads, not the calendar it spans:
    their window), and folds the empty ones into closed ranges: one write per batch, not
    per partition or per day.
 
+5. The read of a batch overlaps the driver's work around it: while Spark reads batch k+1,
+   the driver verifies and checkpoints batch k and plans batch k+2 (one read in flight at a
+   time, so memory stays bounded by one batch). Checkpoints still happen one at a time, in
+   order, each only after its batch's objects were verified in S3; a read that fails
+   surfaces after the checkpoint of the batch before it.
+
 So the stored cursor is never ahead of what is durably in S3, and a crash anywhere loses
-at most the batch in flight, which the next run reads again into the same keys. A transient
+at most the batches in flight (one being read, one being checkpointed), which the next run
+reads again into the same keys. A transient
 error (a dropped MySQL connection, a deadlock) is retried where it happens (retry.py): a
 query on a new connection, a failed Spark read by reading the batch in flight again. A
 partition already complete when the run starts is read again from its start (a backfill);
@@ -31,6 +38,7 @@ import bisect
 import functools
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
@@ -88,6 +96,25 @@ class _Slot:
         return self.position.pk is None and self.position.c == self.start
 
 
+@dataclass
+class _Part:
+    """One slot's share of a batch, detached from the slot when the batch is read (planning
+    goes on in the slot while the batch is read and checkpointed)."""
+
+    slot: _Slot
+    batch: list[tuple[ChunkPlan, list[FileEntry]]]
+    finished: str | None
+
+
+@dataclass
+class _Batch:
+    """A batch whose read was started and whose checkpoint is still to come."""
+
+    parts: list[_Part]
+    items: list[Item]
+    future: Future
+
+
 def signature(record: WatermarkRecord, key: str, start: datetime, end: datetime) -> tuple:
     """What identifies a partition's progress for compare-and-swap merging."""
     state = record.partitions.get(key)
@@ -112,6 +139,7 @@ class BackupRun:
         source_now: datetime | None = None,
         log: Callable[[str], None] = lambda _m: None,
         retries: Retries | None = None,
+        overlap: bool = True,
     ):
         self.ex, self.store = ex, store
         self.retries = retries if retries is not None else Retries()
@@ -122,10 +150,28 @@ class BackupRun:
         self.planned = 0  # rows planned so far (the --limit budget counts these)
         self.batches = 0
         self.skipped: list[str] = []  # partitions not reached: the row budget ran out
+        #: read batch k+1 while batch k is checkpointed and k+2 planned (False: one at a time)
+        self.overlap = overlap
+        self._inflight: _Batch | None = None
+        self._pool: ThreadPoolExecutor | None = None
 
     # ------------------------------------------------------------------ the run
 
     def run(self) -> list[PartitionRun]:
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="s3rs-read")
+        try:
+            self._plan_all()
+            self._finish()
+        finally:
+            inflight, self._inflight = self._inflight, None
+            if inflight is not None:  # a failure with a read in flight: let it end first
+                inflight.future.exception()
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        return self._results()
+
+    def _plan_all(self) -> None:
+        """Plan the run's batches in order, handing each to `_write` as it fills."""
         record = self.store.read(self.table, now=self.source_now) or WatermarkRecord.new(
             self.table
         )
@@ -174,7 +220,6 @@ class BackupRun:
                 pending, rows = [], 0
         if pending:
             self._write(pending)
-        return self._results()
 
     def _allowance(self, rows_in_batch: int) -> int:
         n = self.chunk_rows - rows_in_batch
@@ -235,11 +280,31 @@ class BackupRun:
     # ------------------------------------------------------------ read + write
 
     def _write(self, slots: list[_Slot]) -> None:
-        """Read every planned item of `slots` in one Spark job, then checkpoint them all
-        (and close the finished ones) with one compare-and-swap write."""
-        items = [
-            Item(s.key, r) for s in slots for plan, _ in s.batch for r in plan.ranges
-        ]
+        """Start reading every planned item of `slots` (one Spark job, in the read thread),
+        then checkpoint the batch before it while this one is read. With `overlap` off the
+        batch is also checkpointed before returning (the serial path)."""
+        parts = [_Part(s, s.batch, s.finished) for s in slots]
+        for s in slots:
+            s.batch = []
+        items = [Item(p.slot.key, r) for p in parts for plan, _ in p.batch for r in plan.ranges]
+        prev, self._inflight = self._inflight, None
+        prev_files = prev.future.result() if prev is not None else None  # in order
+        assert self._pool is not None
+        self._inflight = _Batch(parts, items, self._pool.submit(self._read, items))
+        if prev is not None:
+            self._checkpoint(prev, prev_files)
+        if not self.overlap:
+            self._finish()
+
+    def _finish(self) -> None:
+        """Wait for the read in flight and checkpoint it."""
+        prev, self._inflight = self._inflight, None
+        if prev is not None:
+            self._checkpoint(prev, prev.future.result())
+
+    def _read(self, items: list[Item]) -> tuple[list[FileEntry | None], float]:
+        """The batch's Spark job (retried after a transient failure); runs in the read
+        thread. Returns the verified files, one per item, and the seconds it took."""
         t0 = time.monotonic()
         files = (
             retry.call(
@@ -252,48 +317,58 @@ class BackupRun:
             if items
             else []
         )
-        read_seconds = time.monotonic() - t0
+        return files, time.monotonic() - t0
+
+    def _checkpoint(
+        self, batch: _Batch, read: tuple[list[FileEntry | None], float] | None
+    ) -> None:
+        """Move the batch's partitions to their plans' ends (and close the finished ones)
+        with one compare-and-swap write: its objects are verified in S3 by now."""
+        assert read is not None
+        files, read_seconds = read
+        parts = batch.parts
         it = iter(files)
-        for s in slots:
-            for plan, got in s.batch:
+        for p in parts:
+            for plan, got in p.batch:
                 got.extend(f for f in (next(it) for _ in plan.ranges) if f is not None)
         t1 = time.monotonic()
-        record = self.store.update(self.table, lambda rec: self._apply(rec, slots)).record
+        record = self.store.update(self.table, lambda rec: self._apply(rec, parts)).record
         checkpoint = time.monotonic() - t1
         self.batches += 1
-        batch_rows = sum(p.rows for s in slots for p, _ in s.batch) or 1
-        for s in slots:
-            got = [f for _, fs in s.batch for f in fs]
-            share = sum(p.rows for p, _ in s.batch) / batch_rows
+        batch_rows = sum(plan.rows for p in parts for plan, _ in p.batch) or 1
+        for p in parts:
+            s = p.slot
+            got = [f for _, fs in p.batch for f in fs]
+            share = sum(plan.rows for plan, _ in p.batch) / batch_rows
             s.run.read_seconds += read_seconds * share
             s.run.checkpoint_seconds += checkpoint * share
             s.run.rows += sum(f.rows for f in got)
             s.run.files.extend(got)
-            s.run.chunks += len(s.batch)
+            s.run.chunks += len(p.batch)
             s.seen = signature(record, s.key, s.start, s.end)
             s.reset = False
-            for plan, fs in s.batch:
-                read = sum(f.rows for f in fs)
-                if read != plan.rows:
+            for plan, fs in p.batch:
+                read_rows = sum(f.rows for f in fs)
+                if read_rows != plan.rows:
                     self.log(
-                        f"{self.table} {s.key}: chunk planned {plan.rows} rows, read {read} "
-                        "(rows changed while reading; they are picked up by their new cursor "
-                        "value)"
+                        f"{self.table} {s.key}: chunk planned {plan.rows} rows, read "
+                        f"{read_rows} (rows changed while reading; they are picked up by their "
+                        "new cursor value)"
                     )
-            if s.batch:
+            if p.batch:
                 self.log(
                     f"{self.table} {s.key}: chunk {s.run.chunks} {s.run.rows} rows in "
                     f"{read_seconds:.1f}s (plan {s.run.plan_seconds:.2f}s, checkpoint "
-                    f"{s.run.checkpoint_seconds:.2f}s so far), cursor -> {s.position}"
+                    f"{s.run.checkpoint_seconds:.2f}s so far), cursor -> {p.batch[-1][0].end}"
                 )
-            s.batch = []
 
-    def _apply(self, rec: WatermarkRecord, slots: list[_Slot]) -> None:
+    def _apply(self, rec: WatermarkRecord, parts: list[_Part]) -> None:
         """The checkpoint as a change function (it may run again after a lost race)."""
         now = utcnow()
-        for s in slots:
+        for p in parts:
+            s = p.slot
             current = signature(rec, s.key, s.start, s.end)
-            if current != s.seen and not self._same_progress(rec, s):
+            if current != s.seen and not self._same_progress(rec, p):
                 raise WatermarkConflict(
                     f"{self.table} partition {s.key} was changed by another run (now "
                     f"{current}, this run saw {s.seen}); stopping without overwriting its "
@@ -307,33 +382,33 @@ class BackupRun:
                     window_end=s.end,
                     recomputes=s.recomputes + 1 if s.recompute else s.recomputes,
                 )
-            written = [f for _, fs in s.batch for f in fs]
+            written = [f for _, fs in p.batch for f in fs]
             names = {f.key for f in written}
             state.files = [f for f in state.files if f.key not in names] + written
             load = rec.loaded_partitions.get(s.key)
             if load is not None:  # a key rewritten with other content is not loaded yet
                 fresh = {f.key for f in written if load.md5.get(f.key) != f.md5}
                 load.files = [k for k in load.files if k not in fresh]
-            if s.batch:
-                state.cursor = s.batch[-1][0].end
-            state.status = "complete" if s.finished == "complete" else "partial"
+            if p.batch:
+                state.cursor = p.batch[-1][0].end
+            state.status = "complete" if p.finished == "complete" else "partial"
             state.run_id = self.run_id
             state.updated_at = now
-            if state.status == "complete" and not state.files and not s.batch:
+            if state.status == "complete" and not state.files and not p.batch:
                 rec.close_empty(s.key, s.start, s.end)
             else:
                 rec.partitions[s.key] = state
 
-    def _same_progress(self, rec: WatermarkRecord, s: _Slot) -> bool:
+    def _same_progress(self, rec: WatermarkRecord, p: _Part) -> bool:
         """Another run wrote exactly what this one is about to (same end, same objects with
         the same checksums): compatible, the two merged."""
-        state = rec.partitions.get(s.key)
-        if state is None or not s.batch or state.cursor is None:
+        state = rec.partitions.get(p.slot.key)
+        if state is None or not p.batch or state.cursor is None:
             return False
-        if state.cursor.key() != s.batch[-1][0].end.key():
+        if state.cursor.key() != p.batch[-1][0].end.key():
             return False
         theirs = {f.key: f.md5 for f in state.files}
-        ours = [f for _, fs in s.batch for f in fs]
+        ours = [f for _, fs in p.batch for f in fs]
         return all(theirs.get(f.key) == f.md5 for f in ours)
 
     def _results(self) -> list[PartitionRun]:
