@@ -31,7 +31,6 @@ from s3rs_assets.cli.watermark_change import manual_change
 from s3rs_assets.cli.watermark_history import watermark_history, watermark_restore
 from s3rs_assets.config import TableConfig, load_tables
 from s3rs_assets.errors import ConfigError, S3rsError
-from s3rs_assets.load import clear_ledger, ledger_versions
 from s3rs_assets.partitions import partition_keys, time_windows, window
 from s3rs_assets.times import TIMESTAMP_HELP, parse_timestamp_syntax, resolve_timestamp
 from s3rs_assets.watermark import WatermarkRecord, iso, utcnow
@@ -220,6 +219,8 @@ def watermark_reset(
         )
     also = None
     if redshift:
+        from s3rs_assets.load import clear_ledger, ledger_versions  # reset only: not for get
+
         wh = _warehouse()
         target = f"{table.target_schema}.{table.target_table}"
         held = len(ledger_versions(wh, table.target_schema, table.target_table))

@@ -51,10 +51,6 @@ from datetime import date, datetime, time
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
-from s3rs_assets.backup.extract import upload_parquet
 from s3rs_assets.connections import WarehouseConnection
 from s3rs_assets.errors import IntegrityError
 from s3rs_assets.layout import REPAIR_DIR
@@ -74,6 +70,8 @@ from s3rs_assets.types import arrow_schema
 from s3rs_assets.watermark import FileEntry, ReconcileRepair, utcnow
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from s3rs_assets.resources import S3Resource
     from s3rs_assets.warehouse import WarehouseResource
 
@@ -233,6 +231,8 @@ def plan_repair(
 
 
 def keys_schema(target: LoadTarget) -> pa.Schema:
+    import pyarrow as pa  # on use: a reconcile that repairs nothing needs no Arrow
+
     cols = {f.name: f for f in arrow_schema(target.columns)}
     return pa.schema(
         [cols[k] for k in target.primary_key]
@@ -241,6 +241,8 @@ def keys_schema(target: LoadTarget) -> pa.Schema:
 
 
 def _arrow_value(value: Any, typ: pa.DataType) -> Any:
+    import pyarrow as pa
+
     if value is None:
         return None
     if pa.types.is_boolean(typ):
@@ -253,6 +255,8 @@ def _arrow_value(value: Any, typ: pa.DataType) -> Any:
 
 
 def rows_table(target: LoadTarget, rows: Sequence[tuple]) -> pa.Table:
+    import pyarrow as pa
+
     schema = arrow_schema(target.columns)
     arrays = [
         pa.array([_arrow_value(r[i], f.type) for r in rows], type=f.type)
@@ -262,6 +266,8 @@ def rows_table(target: LoadTarget, rows: Sequence[tuple]) -> pa.Table:
 
 
 def keys_table(target: LoadTarget, keys: Sequence[tuple[tuple, datetime | None, str]]) -> pa.Table:
+    import pyarrow as pa
+
     schema = keys_schema(target)
     nk = len(target.primary_key)
     arrays = [
@@ -295,6 +301,9 @@ def write_repair_file(
     bound: datetime, pass_id: str,
 ) -> FileEntry:
     """Write the plan's rows (and, in the metadata, its keys) as one parquet object."""
+    import pyarrow as pa
+
+    from s3rs_assets.backup.extract import upload_parquet
     table = rows_table(target, plan.rows)
     keys = keys_table(target, plan.keys)
     sink = io.BytesIO()
@@ -316,6 +325,8 @@ def write_repair_file(
 
 def read_keys(s3: S3Resource, entry: FileEntry) -> pa.Table:
     """The keys a repair file carries (checked against its manifest entry)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
     body = s3.client().get_object(Bucket=s3.bucket, Key=entry.key)["Body"].read()
     if len(body) != entry.bytes or hashlib.md5(body).hexdigest() != entry.md5:  # noqa: S324
         raise IntegrityError(
