@@ -23,11 +23,11 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import date, datetime
 from typing import Any
 
-from s3rs_assets.cursor import below
+from s3rs_assets.cursor import after, below
 from s3rs_assets.errors import WatermarkError
 from s3rs_assets.identifiers import mysql_quote
 from s3rs_assets.source import SourceTable
-from s3rs_assets.watermark.record import WatermarkRecord
+from s3rs_assets.watermark.record import Position, WatermarkRecord
 from s3rs_assets.watermark.store import WatermarkStore
 
 CHUNK = 500  # tables in one UNION ALL statement
@@ -136,3 +136,29 @@ def read_records(
         return {}
     with ThreadPoolExecutor(max_workers=min(WORKERS, len(todo))) as pool:
         return dict(zip(todo, pool.map(one, todo), strict=True))
+
+
+def rows_after(
+    conn: Any, items: Sequence[tuple[str, SourceTable, Sequence[tuple[Position, datetime]]]]
+) -> set[str]:
+    """The names whose table holds a readable row after `start` and below `end` in any of
+    their (start, end) regions: the sensor's exact index probes as EXISTS, one UNION ALL
+    statement per schema (per CHUNK regions). Only the tables named here get the probes
+    that find the first and the newest row."""
+    by_schema: dict[str, list[tuple[str, SourceTable, Position, datetime]]] = {}
+    for name, src, regions in items:
+        for start, end in regions:
+            by_schema.setdefault(src.schema, []).append((name, src, start, end))
+    found: set[str] = set()
+    with conn.cursor() as cur:
+        for group in by_schema.values():
+            for at in range(0, len(group), CHUNK):
+                chunk = group[at : at + CHUNK]
+                parts = [
+                    f"SELECT {i} AS i, EXISTS(SELECT 1 FROM {src.qualified} WHERE "
+                    f"{after(start, src.keys)} AND {below(end, src.keys)}) AS e"
+                    for i, (_, src, start, end) in enumerate(chunk)
+                ]
+                cur.execute(" UNION ALL ".join(parts))
+                found |= {chunk[int(i)][0] for i, e in cur.fetchall() if e}
+    return found

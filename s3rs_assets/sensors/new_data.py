@@ -46,7 +46,13 @@ from s3rs_assets.names import (
 )
 from s3rs_assets.partitions import key_for, partitions_def, window, windows
 from s3rs_assets.resources import MySQLResource, S3Resource
-from s3rs_assets.scan import RecordCache, newest_cursors, primary_etags, read_records
+from s3rs_assets.scan import (
+    RecordCache,
+    newest_cursors,
+    primary_etags,
+    read_records,
+    rows_after,
+)
 from s3rs_assets.sensors.common import IN_FLIGHT, clip, partition_request
 from s3rs_assets.source import (
     SafetyBound,
@@ -271,9 +277,10 @@ def scan_tables(
 
     Costs a fixed number of MySQL queries per schema and distinct lag, not per table: the
     catalog (two per schema), the safety bound (once per lag), the newest cursor below the
-    bound (one UNION ALL per schema), one LIST of the primaries; then records are read (by
-    threads, unchanged ones from memory) only for tables with rows, and the index probes
-    run only where the newest row lies past the watermark's first unread position.
+    bound (one UNION ALL per schema), one LIST of the primaries; records are read (by
+    threads, unchanged ones from memory) only for tables with rows; the regions `_probes`
+    plans are asked as EXISTS in one UNION ALL per schema (`scan.rows_after`); only tables
+    with a row there get the probes that find the first and newest row.
     """
     described = describe_many(conn, list(tables))
     bounds: dict[tuple[Any, bool], SafetyBound] = {}
@@ -309,17 +316,51 @@ def scan_tables(
         cache=_RECORDS,
         search_missing=True,
     )
+    planned: dict[str, tuple[list[Probe], int]] = {}
+    for cfg, _, bound in with_rows:
+        record = records[cfg.name]
+        if not isinstance(record, WatermarkError):
+            planned[cfg.name] = _probes(cfg, record, bound.upper)
+    has_rows = rows_after(
+        conn,
+        [
+            (c.name, src, [(p.start, p.end) for p in planned[c.name][0]])
+            for c, src, _ in with_rows
+            if c.name in planned and _may_have_rows(planned[c.name][0], newest[c.name])
+        ],
+    )
     for cfg, src, bound in with_rows:
         record = records[cfg.name]
         try:
             if isinstance(record, WatermarkError):
                 raise record
-            reqs, line = _check_table(conn, cfg, src, bound, record, newest[cfg.name], instance)
+            probes, complete = planned[cfg.name]
+            if cfg.name in has_rows:
+                reqs, line = _check_table(conn, cfg, src, bound, record, instance)
+            else:
+                reqs, line = (
+                    [],
+                    (
+                        f"{cfg.name}: no rows past the watermark {_where(bound)} (newest row "
+                        f"{iso(newest[cfg.name])}; {len(probes)} batched probe(s), {complete} "
+                        "complete partition(s) skipped)"
+                    ),
+                )
         except (SourceSchemaError, WatermarkError, ConfigError) as e:
             reqs, line = None, f"{cfg.name}: not checked: {e}"
         out.append((cfg, reqs, line))
     order = {cfg.name: i for i, cfg in enumerate(tables)}
     return sorted(out, key=lambda o: order[o[0].name])
+
+
+def _may_have_rows(probes: Sequence[Probe], newest: datetime | None) -> bool:
+    """Whether the newest row below the bound can lie in a probed region at all."""
+    return bool(probes) and newest is not None and newest >= min(p.start.c for p in probes)
+
+
+def _where(bound: SafetyBound) -> str:
+    where = f"below the safety bound {iso(bound.upper)}"
+    return f"{where} ({bound.note})" if bound.note else where
 
 
 def _check_table(
@@ -328,19 +369,9 @@ def _check_table(
     src: SourceTable,
     bound: SafetyBound,
     record: WatermarkRecord | None,
-    newest: datetime | None,
     instance: dg.DagsterInstance,
 ) -> tuple[list[dg.RunRequest], str]:
-    where = f"below the safety bound {iso(bound.upper)}"
-    if bound.note:
-        where += f" ({bound.note})"
-    probes, complete = _probes(cfg, record, bound.upper)
-    if newest is not None and probes and newest < min(p.start.c for p in probes):
-        # the newest row lies before every unread position: no probe can find a row
-        return [], (
-            f"{cfg.name}: no rows past the watermark {where} (newest row {iso(newest)}; "
-            f"0 index probe(s), {complete} complete partition(s) skipped)"
-        )
+    where = _where(bound)
     result = find_new_data(conn, cfg, src, record, bound)
     probed = f"{len(result.probes)} index probe(s), {result.complete} complete partition(s) skipped"
     if not src.cursor_indexed:
