@@ -31,7 +31,7 @@ from s3rs_assets.watermark.record import Position, WatermarkRecord
 from s3rs_assets.watermark.store import WatermarkStore
 
 CHUNK = 500  # tables in one UNION ALL statement
-WORKERS = 16  # concurrent S3 reads of records
+WORKERS = 10  # concurrent S3 reads of records: botocore's connection pool holds 10
 
 
 def _as_datetime(value: Any) -> datetime | None:

@@ -30,6 +30,7 @@ from s3rs_assets.names import (
     asset_key,
 )
 from s3rs_assets.resources import MySQLResource, S3Resource
+from s3rs_assets.scan import WORKERS
 from s3rs_assets.sensors.common import clip
 from s3rs_assets.source import (
     server_now,
@@ -38,7 +39,7 @@ from s3rs_assets.watermark import iso
 from s3rs_assets.watermark.reports import RecoveryReport
 from s3rs_assets.watermark.store import WatermarkStore
 
-GUARD_WORKERS = 16  # concurrent record reads per tick (2,000 tables: issue 18)
+GUARD_WORKERS = WORKERS  # concurrent record reads per tick (2,000 tables: issue 18)
 
 
 @dataclass

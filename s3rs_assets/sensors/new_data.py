@@ -259,8 +259,19 @@ def build_new_data_sensor(
                         context.log.error(line)
                     requests += reqs or []
                     lines.append(line)
-        summary = f"checked {len(tables)} tables for MySQL rows past the watermark: " + "; ".join(
-            lines
+        kinds = {
+            "with rows past the watermark": sum(
+                1 for ln in lines if "rows past the watermark below" in ln and ": no rows" not in ln
+            ),
+            "empty below the bound": sum(1 for ln in lines if "table empty there" in ln),
+            "waiting for their run": len(waiting),
+            "not checked": sum(1 for ln in lines if ": not checked: " in ln),
+        }
+        counts = ", ".join(f"{n} {what}" for what, n in kinds.items() if n)
+        summary = (
+            f"checked {len(tables)} tables for MySQL rows past the watermark: "
+            + (f"[{counts}] " if counts and len(tables) > 1 else "")
+            + "; ".join(lines)
         )
         if requests:
             context.log.info(summary)
