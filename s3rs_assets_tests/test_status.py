@@ -156,3 +156,33 @@ def test_status_costs_per_schema_not_per_table(
     assert lists4 == lists30 == 1
     # one GET per record that exists, none for the never-synced (no recovery search)
     assert (gets4, gets30) == (4, 30)
+
+
+def test_caught_up_check_warns_for_the_tables_behind(fleet, mysql_url, s3_resource):
+    import dagster as dg
+
+    from s3rs_assets.freshness import build_freshness_checks, build_freshness_schedule
+    from s3rs_assets.names import asset_key
+    from s3rs_assets.resources import MySQLResource
+    from s3rs_assets_tests.test_sensors import stand_in_assets
+
+    cfgs, _ = fleet
+    tables = list(cfgs.values())
+    checks = build_freshness_checks(tables)
+    assert len(checks) == 1  # one op for every table
+    schedule = build_freshness_schedule(tables)
+    defs = dg.Definitions(
+        assets=[a for c in tables for a in stand_in_assets(c)],
+        asset_checks=checks,
+        schedules=[schedule],
+        resources={"mysql": MySQLResource(url=mysql_url), "s3": s3_resource},
+    )
+    with dg.instance_for_test() as instance:
+        result = defs.resolve_job_def(schedule.job_name).execute_in_process(instance=instance)
+    evals = {e.asset_key: e for e in result.get_asset_check_evaluations()}
+    passed = {what: evals[asset_key(c, "redshift_table")].passed for what, c in cfgs.items()}
+    assert passed == {"ok": True, "behind": False, "failed": False, "never": False,
+                      "empty": True}
+    behind = evals[asset_key(cfgs["behind"], "redshift_table")]
+    assert behind.severity == dg.AssetCheckSeverity.WARN
+    assert behind.metadata["lag_seconds"].value > 3600
