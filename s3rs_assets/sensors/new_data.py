@@ -274,7 +274,7 @@ def build_new_data_sensor(
             + "; ".join(lines)
         )
         if requests:
-            context.log.info(summary)
+            context.log.info(clip(summary))
             return dg.SensorResult(run_requests=requests)
         return dg.SkipReason(clip(summary))
 
