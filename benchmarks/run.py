@@ -31,13 +31,7 @@ import warnings
 from contextlib import suppress
 from pathlib import Path
 
-from benchmarks import (
-    suite_core,
-    suite_decimal,
-    suite_fleet_scan,
-    suite_reconcile,
-    suite_shape,
-)
+from benchmarks import suite_core, suite_decimal, suite_fleet_scan, suite_reconcile, suite_shape
 from benchmarks.context import Ctx
 from benchmarks.harness import machine_info, print_report, say, uptime, write_json
 from benchmarks.memory import MemSampler
@@ -55,15 +49,11 @@ STAGES = ("backup", "load", "e2e")
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
-        prog="python -m benchmarks.run",
-        description=__doc__,
+        prog="python -m benchmarks.run", description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    ap.add_argument(
-        "--suite",
-        default="core",
-        help="core, decimal, shape, reconcile, all, or a comma-separated list (default core)",
-    )
+    ap.add_argument("--suite", default="core", help="core, decimal, shape, reconcile, all, or "
+                    "a comma-separated list (default core)")
     ap.add_argument("--rows", type=int, default=1_000_000, help="main table size (default 1M)")
     ap.add_argument("--chunk-rows", type=int, default=100_000, help="s3rs chunk_rows")
     ap.add_argument("--parallelism", type=int, default=2, help="s3rs parallelism (sub-ranges)")
@@ -76,46 +66,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     core.add_argument("--no-naive", action="store_true", help="skip the pymysql + pandas run")
     core.add_argument("--no-floor", action="store_true", help="skip the extract floor")
     core.add_argument("--floor-repeat", type=int, default=2)
-    core.add_argument(
-        "--profile-load",
-        action="store_true",
-        help="time each warehouse statement of the s3rs load and cProfile it",
-    )
-    core.add_argument(
-        "--memory-check",
-        action="store_true",
-        help="the backup alone, in a fresh process per table size (peak RSS)",
-    )
+    core.add_argument("--profile-load", action="store_true",
+                      help="time each warehouse statement of the s3rs load and cProfile it")
+    core.add_argument("--memory-check", action="store_true",
+                      help="the backup alone, in a fresh process per table size (peak RSS)")
     core.add_argument("--memory-rows", default="200000,1000000")
     more = ap.add_argument_group("decimal, shape, reconcile")
     more.add_argument("--increment", type=int, default=1000, help="rows of the increment runs")
     more.add_argument("--small-tables", type=int, default=15)
     more.add_argument("--small-max", type=int, default=20_000, help="largest small table")
-    more.add_argument(
-        "--history-years",
-        type=float,
-        default=20.0,
-        help="span of the long-history table (fractions allowed: 0.1)",
-    )
-    more.add_argument(
-        "--history-partition",
-        choices=("hourly", "daily", "weekly", "monthly"),
-        default="daily",
-        help="partition size of the long-history table",
-    )
-    more.add_argument(
-        "--sync-timeout",
-        type=float,
-        default=1200.0,
-        help="seconds before one `s3rs sync` process is killed (default 1200)",
-    )
-    more.add_argument(
-        "--differences",
-        type=int,
-        default=100,
-        help="reconcile: differences injected (40%% deleted, 30%% edited, "
-        "20%% inserted with an old cursor, 10%% cursor moved back)",
-    )
+    more.add_argument("--history-years", type=float, default=20.0,
+                      help="span of the long-history table (fractions allowed: 0.1)")
+    more.add_argument("--history-partition", choices=("hourly", "daily", "weekly", "monthly"),
+                      default="daily", help="partition size of the long-history table")
+    more.add_argument("--sync-timeout", type=float, default=1200.0,
+                      help="seconds before one `s3rs sync` process is killed (default 1200)")
+    more.add_argument("--differences", type=int, default=100,
+                      help="reconcile: differences injected (40%% deleted, 30%% edited, "
+                      "20%% inserted with an old cursor, 10%% cursor moved back)")
     scan = ap.add_argument_group("fleet_scan")
     scan.add_argument("--scan-tables", type=int, default=2000, help="tables (default 2000)")
     scan.add_argument("--scan-schemas", type=int, default=5, help="MySQL schemas (default 5)")
