@@ -103,7 +103,7 @@ class RecordCache:
 def read_records(
     store: WatermarkStore,
     names: Iterable[str],
-    etags: dict[str, str],
+    etags: dict[str, str] | None,
     *,
     now: datetime | None = None,
     cache: RecordCache | None = None,
@@ -113,9 +113,22 @@ def read_records(
 
     Read by WORKERS threads. A table with no primary in `etags` is None without a read,
     unless `search_missing` (then the store's read-only recovery answers, as a run would
-    start from it)."""
+    start from it). With `etags` None every primary is fetched directly, without a LIST
+    (a one-off look: `s3rs status`); a missing one is None, an invalid one its error (no
+    recovery search: restoring is the guard's job)."""
+
+    def direct(name: str) -> WatermarkRecord | None | WatermarkError:
+        got = store._get(store.layout.watermark_primary(name))
+        if got is None:
+            return None
+        try:
+            return store._parse(name, got.body, now)
+        except WatermarkError as e:
+            return e
 
     def one(name: str) -> WatermarkRecord | None | WatermarkError:
+        if etags is None:
+            return direct(name)
         etag = etags.get(name)
         if etag is None and not search_missing:
             return None

@@ -8,9 +8,9 @@ A table is behind when the lag exceeds its configured `lag` (rows newer than the
 bound wait on purpose) plus ALLOWED_SLACK (one hourly sync missed).
 
 Costs are per schema, not per table (`scan.py`): the catalog and the newest cursors in
-three MySQL queries per schema, one LIST for which tables have a record, the records read
-by threads. A missing primary is "never synced": no recovery search (that is the guard's
-and a run's job). Nothing here imports Dagster or Spark.
+three MySQL queries per schema, one GET per table by threads (no LIST: every record is
+read anyway, and a missing one answers 404). A missing primary is "never synced": no
+recovery search (that is the guard's and a run's job). Nothing here imports Dagster or Spark.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 
 from s3rs_assets.config import TableConfig
 from s3rs_assets.errors import SourceSchemaError, WatermarkError
-from s3rs_assets.scan import newest_cursors, primary_etags, read_records
+from s3rs_assets.scan import newest_cursors, read_records
 from s3rs_assets.source import describe_many, server_now
 from s3rs_assets.watermark.record import WatermarkRecord
 from s3rs_assets.watermark.store import WatermarkStore
@@ -150,7 +150,7 @@ def fleet_status(
         else:
             live.append((cfg, src))
     newest = newest_cursors(conn, [(cfg.name, src, None) for cfg, src in live])
-    records = read_records(store, [cfg.name for cfg, _ in live], primary_etags(store))
+    records = read_records(store, [cfg.name for cfg, _ in live], None)  # GETs, no LIST
     for cfg, _ in live:
         record = records[cfg.name]
         if isinstance(record, WatermarkError):

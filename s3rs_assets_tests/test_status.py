@@ -153,9 +153,8 @@ def test_status_costs_per_schema_not_per_table(
         counts.append((len(calls.sql), calls.s3["ListObjectsV2"], calls.s3["GetObject"]))
     (sql4, lists4, gets4), (sql30, lists30, gets30) = counts
     assert sql4 == sql30 <= 4  # clock, catalog (2), newest cursors (1)
-    assert lists4 == lists30 == 1
-    # one GET per record that exists, none for the never-synced (no recovery search)
-    assert (gets4, gets30) == (4, 30)
+    assert lists4 == lists30 == 0  # no listing, and no recovery search for the never synced
+    assert (gets4, gets30) == (4 + 1, 30 + 1)  # one GET per table (the empty one's: 404)
 
 
 def test_caught_up_check_warns_for_the_tables_behind(fleet, mysql_url, s3_resource):
