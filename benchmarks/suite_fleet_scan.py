@@ -150,11 +150,13 @@ def measure(report: Report, key: str, what: str, n: int, fn: Callable[[], Any]) 
         result = fn()
     cpu = time.process_time() - cpu
     s3 = dict(calls["s3"])
-    say(f"  {what}: {t['s']:.2f} s ({cpu:.2f} s CPU), {calls['sql']} MySQL statements, "
-        f"S3 {s3}")
+    say(f"  {what}: {t['s']:.2f} s ({cpu:.2f} s CPU), {calls['sql']} MySQL statements, S3 {s3}")
     report.add("scan", what, n, t["s"], key=key)
-    report.details.setdefault("calls", {})[key] = {"mysql": calls["sql"], "s3": s3,
-                                                    "cpu_s": round(cpu, 3)}
+    report.details.setdefault("calls", {})[key] = {
+        "mysql": calls["sql"],
+        "s3": s3,
+        "cpu_s": round(cpu, 3),
+    }
     return result
 
 

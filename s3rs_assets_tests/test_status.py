@@ -34,9 +34,13 @@ def loaded_record(store, cfg, up_to: datetime, *, failed: bool = False) -> None:
 
     def change(rec):
         rec.partitions["2025-03-04"] = PartitionState(
-            status="partial", window_start=lo, window_end=hi, run_id="run-1",
+            status="partial",
+            window_start=lo,
+            window_end=hi,
+            run_id="run-1",
             cursor=Position(c=up_to, pk=[99]),
-            files=[FileEntry(key=key, rows=6, bytes=10, md5="0" * 32, cursor_max=up_to)])
+            files=[FileEntry(key=key, rows=6, bytes=10, md5="0" * 32, cursor_max=up_to)],
+        )
         rec.loaded_partitions["2025-03-04"] = LoadState(files=[key], rows=6)
         rec.mysql_status, rec.redshift_status = "success", "failed" if failed else "success"
         rec.last_redshift_load_time = datetime(2025, 3, 5)
@@ -71,8 +75,13 @@ def test_status_of_each_kind_of_table(fleet, mysql_url):
     with MySQLConnector(url=mysql_url).connect() as conn:
         got = {s.table: s for s in fleet_status(list(cfgs.values()), conn, store)}
     state = {what: got[cfg.name].state for what, cfg in cfgs.items()}
-    assert state == {"ok": "ok", "behind": "behind", "failed": "failed",
-                     "never": "never_synced", "empty": "empty"}
+    assert state == {
+        "ok": "ok",
+        "behind": "behind",
+        "failed": "failed",
+        "never": "never_synced",
+        "empty": "empty",
+    }
     ok, behind = got[cfgs["ok"].name], got[cfgs["behind"].name]
     assert ok.lag_seconds == 0 and ok.needs is None
     assert ok.last_run == "run-1" and ok.last_result == "extract success, load success"
@@ -93,8 +102,11 @@ def fleet_status_sorted(cfgs, mysql_url, store):
 def env(monkeypatch, tmp_path, mysql_url, bucket):
     def configure(cfgs) -> None:
         path = tmp_path / "tables.yaml"
-        path.write_text(yaml.safe_dump({"tables": [
-            {"name": c.name, "start": "2025-03-04", "lag": "0s"} for c in cfgs]}))
+        path.write_text(
+            yaml.safe_dump(
+                {"tables": [{"name": c.name, "start": "2025-03-04", "lag": "0s"} for c in cfgs]}
+            )
+        )
         monkeypatch.setenv("S3RS_TABLES", str(path))
 
     monkeypatch.setenv("S3RS_S3_BUCKET", bucket)
@@ -122,7 +134,12 @@ def test_status_command_json_and_exit_codes(fleet, env, monkeypatch, mysql_db):
     assert doc["exit_code"] == 1
     assert doc["tables"][-1]["state"] == "empty"
     assert {t["state"] for t in doc["tables"]} == {
-        "ok", "behind", "failed", "never_synced", "empty"}
+        "ok",
+        "behind",
+        "failed",
+        "never_synced",
+        "empty",
+    }
 
     r = invoke("status", "-t", cfgs["ok"].name, "-t", cfgs["empty"].name)
     assert r.exit_code == 0, r.output
@@ -137,9 +154,7 @@ def test_status_command_json_and_exit_codes(fleet, env, monkeypatch, mysql_db):
     assert r.exit_code == 2 and ":pw@" not in r.output
 
 
-def test_status_costs_per_schema_not_per_table(
-    monkeypatch, mysql_db, mysql_url, s3_resource
-):
+def test_status_costs_per_schema_not_per_table(monkeypatch, mysql_db, mysql_url, s3_resource):
     calls = Calls(monkeypatch)
     store = store_for(s3_resource)
     counts = []
@@ -180,8 +195,7 @@ def test_caught_up_check_warns_for_the_tables_behind(fleet, mysql_url, s3_resour
         result = defs.resolve_job_def(schedule.job_name).execute_in_process(instance=instance)
     evals = {e.asset_key: e for e in result.get_asset_check_evaluations()}
     passed = {what: evals[asset_key(c, "redshift_table")].passed for what, c in cfgs.items()}
-    assert passed == {"ok": True, "behind": False, "failed": False, "never": False,
-                      "empty": True}
+    assert passed == {"ok": True, "behind": False, "failed": False, "never": False, "empty": True}
     behind = evals[asset_key(cfgs["behind"], "redshift_table")]
     assert behind.severity == dg.AssetCheckSeverity.WARN
     assert behind.metadata["lag_seconds"].value > 3600
