@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -210,6 +211,7 @@ def run(ctx: Ctx) -> Any:
         S3RS_S3_PREFIX=PREFIX,
         S3RS_MYSQL_URL=mysql_url,
     )
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
     with timed() as t:
         proc = subprocess.run(
             [sys.executable, "-m", "s3rs_assets.cli", "status", "--json"],
@@ -217,10 +219,13 @@ def run(ctx: Ctx) -> Any:
             capture_output=True,
             text=True,
         )
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime + after.ru_stime) - (children.ru_utime + children.ru_stime)
     report.add("scan", "s3rs status --json (fresh process)", n, t["s"], key="status")
+    report.details.setdefault("calls", {})["status"] = {"cpu_s": round(cpu, 3)}
     doc = json.loads(proc.stdout)
     states = Counter(tb["state"] for tb in doc["tables"])
-    say(f"  s3rs status: {t['s']:.2f} s, exit {proc.returncode}, {dict(states)}")
+    say(f"  s3rs status: {t['s']:.2f} s ({cpu:.2f} s CPU), exit {proc.returncode}, {dict(states)}")
     report.details["status_states"] = dict(states)
     report.details["uptime_end"] = uptime()
     report.summary.append(
