@@ -12,7 +12,9 @@ Suites (one module each; the shared timing, table and JSON code is in harness.py
 * shape: a 20-year mostly quiet table, 15 small tables, a 1,000-row increment on a big
   table; first and unchanged re-sync per table, watermark record bytes (issue 8);
 * reconcile: `s3rs reconcile` vs `count(*)` and reladiff, identical and with injected
-  differences (issue 10).
+  differences (issue 10);
+* fleet_scan: a new_data and a guard sensor tick and `s3rs status` over --scan-tables
+  (2,000) small tables in --scan-schemas (5) schemas (issue 18).
 
 Every size follows --rows, so `--rows 2000` is a smoke run. dlt and reladiff are
 optional: without them (the shared .venv) their lines are skipped with a note. The
@@ -29,7 +31,7 @@ import warnings
 from contextlib import suppress
 from pathlib import Path
 
-from benchmarks import suite_core, suite_decimal, suite_reconcile, suite_shape
+from benchmarks import suite_core, suite_decimal, suite_fleet_scan, suite_reconcile, suite_shape
 from benchmarks.context import Ctx
 from benchmarks.harness import machine_info, print_report, say, uptime, write_json
 from benchmarks.memory import MemSampler
@@ -40,6 +42,7 @@ SUITES = {
     "decimal": suite_decimal.run,
     "shape": suite_shape.run,
     "reconcile": suite_reconcile.run,
+    "fleet_scan": suite_fleet_scan.run,
 }
 STAGES = ("backup", "load", "e2e")
 
@@ -81,6 +84,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     more.add_argument("--differences", type=int, default=100,
                       help="reconcile: differences injected (40%% deleted, 30%% edited, "
                       "20%% inserted with an old cursor, 10%% cursor moved back)")
+    scan = ap.add_argument_group("fleet_scan")
+    scan.add_argument("--scan-tables", type=int, default=2000, help="tables (default 2000)")
+    scan.add_argument("--scan-schemas", type=int, default=5, help="MySQL schemas (default 5)")
+    scan.add_argument("--scan-drop", action="store_true", help="drop the schemas at the end")
     return check_args(ap, ap.parse_args(argv))
 
 

@@ -30,10 +30,11 @@ PREFIX = "imports"
 #: never loaded by a reading command (pyarrow and pandas come with Spark's data path)
 HEAVY = ("dagster", "dagster_aws", "dagster_pyspark", "pyspark", "pandas", "pyarrow", "numpy")
 #: modules in sys.modules after the command, measured + ~15%: 144 (--help), 586 (watermark
-#: get/list), 492 (verify), 692 (s3clean list), 702 (reconcile: no pyarrow since
-#: its repair files import it on use); `import dagster` alone brings ~1,400, with
+#: get/list), 492 (verify), 692 (s3clean list), 702 (reconcile: no pyarrow since its repair
+#: files import it on use), 582 (status); `import dagster` alone brings ~1,400, with
 #: dagster-pyspark ~1,900
-BOUND = {"--help": 170, "watermark": 680, "verify": 570, "s3clean": 800, "reconcile": 810}
+BOUND = {"--help": 170, "watermark": 680, "verify": 570, "s3clean": 800, "reconcile": 810,
+         "status": 670}
 #: s3rs modules a command must not import: what only another command (or a repair) needs
 NOT_FOR = {
     "watermark": ("s3rs_assets.load", "s3rs_assets.reconcile"),
@@ -117,6 +118,8 @@ COMMANDS = [
     ("verify", "-t", "{name}"),
     ("reconcile", "-t", "{name}"),
     ("s3clean", "list", "-t", "{name}"),
+    ("status",),
+    ("status", "--json", "-t", "{name}"),
 ]
 
 
