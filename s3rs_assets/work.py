@@ -49,12 +49,20 @@ def unloaded(record: WatermarkRecord | None, loaded: Loaded) -> dict[str, list[F
 
 @dataclass
 class SyncPlan:
-    """One Dagster run: `stages` over the partition range [start, end]."""
+    """One Dagster run: `stages` over the partition range [start, end]; or, when
+    `backup_keys`/`load_keys` are set, a catch-up run (catchup.py) over those partitions
+    only, however far apart they lie."""
 
     table: TableConfig
     stages: tuple[str, ...]
     start: str
     end: str
+    backup_keys: tuple[str, ...] = ()
+    load_keys: tuple[str, ...] = ()
+
+    @property
+    def catchup(self) -> bool:
+        return bool(self.backup_keys or self.load_keys)
 
 
 def plan_sync(table: TableConfig, record: WatermarkRecord | None) -> SyncPlan:
@@ -122,7 +130,26 @@ def plan_work(
         pending = [k for k in load_work if k in index and index[k] not in covered]
         for first, last in group(pending, index, lambda i, j: True):
             plans.append(SyncPlan(table, ("load",), first, last))
-    return sorted(plans, key=lambda p: index[p.start])
+    plans.sort(key=lambda p: index[p.start])
+    if len(plans) >= 2 and "load" in stages:
+        return [catchup_plan(table, stages, index, backup_work, load_work)]
+    return plans
+
+
+def catchup_plan(
+    table: TableConfig,
+    stages: tuple[str, ...],
+    index: dict[str, int],
+    backup_work: list[str],
+    load_work: list[str],
+) -> SyncPlan:
+    """One run for work scattered over the calendar (several range runs otherwise): only
+    the partitions with work, each materialized on its own (catchup.py)."""
+    order = index.__getitem__
+    backup = sorted(set(backup_work) if "backup" in stages else set(), key=order)
+    load = sorted({k for k in load_work if k in index} - set(backup), key=order)
+    keys = sorted(set(backup) | set(load), key=order)
+    return SyncPlan(table, stages, keys[0], keys[-1], tuple(backup), tuple(load))
 
 
 @dataclass
