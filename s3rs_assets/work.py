@@ -102,12 +102,14 @@ def plan_work(
     stages: tuple[str, ...],
     backup_work: list[str],
     load_work: list[str],
+    catchup: bool = True,
 ) -> list[SyncPlan]:
     """The runs for the partitions with work only: cost follows the partitions holding
     rows, not the calendar. A backup range joins two partitions only across partitions
     that are closed (empty: read again at the cost of a probe), never across complete ones
     holding rows (they would be recomputed); load ranges join across anything (a load
-    reads only unloaded files)."""
+    reads only unloaded files). Where that still leaves two runs or more (data days far
+    apart), one catch-up run over the partitions with work replaces them (`catchup`)."""
     all_windows = windows(partitions_def(table))
     index = {k: i for i, (k, _, _) in enumerate(all_windows)}
     closed = [
@@ -131,7 +133,7 @@ def plan_work(
         for first, last in group(pending, index, lambda i, j: True):
             plans.append(SyncPlan(table, ("load",), first, last))
     plans.sort(key=lambda p: index[p.start])
-    if len(plans) >= 2 and "load" in stages:
+    if catchup and len(plans) >= 2 and "load" in stages:
         return [catchup_plan(table, stages, index, backup_work, load_work)]
     return plans
 
