@@ -10,8 +10,6 @@ what the assets would: one AssetMaterialization per partition for both `s3_parqu
 evaluations. `work.plan_work` plans it where it would otherwise launch several range runs.
 """
 
-from __future__ import annotations
-
 import os
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -225,7 +223,7 @@ def execute_catchup(
     limit: int | None = None,
     extra_tags: dict[str, str] | None = None,
     loggers: dict | None = None,
-) -> dg.ExecuteJobResult:
+) -> Any:
     """Run a catch-up plan in this process, recorded in `inst` like the asset runs."""
     recon = dg.build_reconstructable_job(
         "s3rs_assets.catchup", "resolved_job", reconstructor_working_directory=os.getcwd()
