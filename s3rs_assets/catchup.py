@@ -34,6 +34,7 @@ from s3rs_assets.names import (
     PARTITIONS_TAG,
     REPOSITORY_LABEL,
     REPOSITORY_TAG,
+    RETRY_POLICY,
     TABLE_TAG,
     asset_key,
 )
@@ -164,7 +165,7 @@ def _check(
     )
 
 
-@dg.op(name="catch_up", tags={"kind": "s3rs"})
+@dg.op(name="catch_up", tags={"kind": "s3rs"}, retry_policy=RETRY_POLICY)
 def catch_up(
     context: dg.OpExecutionContext,
     config: CatchupConfig,
@@ -173,7 +174,9 @@ def catch_up(
     spark: SparkResource,
     warehouse: WarehouseResource,
 ) -> None:
-    """Back up `backup_keys`, then load them and `load_keys`, in this one step."""
+    """Back up `backup_keys`, then load them and `load_keys`, in this one step. A retry
+    starts over safely: the backup resumes from its checkpoints, the load skips what the
+    ledger holds."""
     table = find_table(load_tables(), config.table)
     store = store_for(s3, context.run_id, context.instance)
     with dagster_step():
