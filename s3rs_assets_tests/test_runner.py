@@ -127,3 +127,19 @@ def test_load_backlog_and_backup_work_plan_separately(sparse):
     # across closed (empty) days only, close work joins into one run
     plans = work.plan_work(sparse, rec, ("backup",), [all_w[31][0], all_w[40][0]], [])
     assert [(p.start, p.end) for p in plans] == [(all_w[31][0], all_w[40][0])]
+
+
+def test_catchup_plans_follow_the_stages(sparse):
+    """--redshift-only: scattered unloaded partitions are one catch-up load; --backup-only
+    keeps its range runs (the catch-up job always loads what it backs up)."""
+    all_w = windows(partitions_def(sparse))
+    rec = WatermarkRecord.new(sparse.name)
+    far = [all_w[n][0] for n in (10, 200, 900)]
+    [plan] = work.plan_work(sparse, rec, ("load",), [], far)
+    assert plan.catchup and plan.load_keys == tuple(far) and not plan.backup_keys
+    assert plan.stages == ("load",)
+    plans = work.plan_work(sparse, rec, ("backup",), far, [])
+    assert len(plans) == 3 and not any(p.catchup for p in plans)
+    # work that fits one range run stays one
+    [plan] = work.plan_work(sparse, rec, ("load",), [], [all_w[10][0], all_w[12][0]])
+    assert not plan.catchup and (plan.start, plan.end) == (all_w[10][0], all_w[12][0])
