@@ -25,6 +25,7 @@ from s3rs_assets.checks import (
     synced_windows,
 )
 from s3rs_assets.config import TableConfig, find_table, load_tables
+from s3rs_assets.errors import ConfigError
 from s3rs_assets.io_manager import store_for
 from s3rs_assets.load import loaded_since
 from s3rs_assets.load_stage import load_target, run_load
@@ -165,6 +166,26 @@ def _check(
     )
 
 
+def _refuse_overlap(ctx: dg.OpExecutionContext, table: TableConfig) -> None:
+    """This op holds no table pool (one op serves every table): stop before any write when
+    another run of the table, tagged by s3rs's launchers, is queued or in progress."""
+    active = [
+        dg.DagsterRunStatus.QUEUED,
+        dg.DagsterRunStatus.STARTING,
+        dg.DagsterRunStatus.STARTED,
+        dg.DagsterRunStatus.CANCELING,
+    ]
+    runs = ctx.instance.get_runs(
+        filters=dg.RunsFilter(tags={TABLE_TAG: table.name}, statuses=active)
+    )
+    others = [r.run_id for r in runs if r.run_id != ctx.run_id]
+    if others:
+        raise ConfigError(
+            f"{table.name}: run(s) {', '.join(others)} of this table are in progress; "
+            "sync it again once they end"
+        )
+
+
 @dg.op(name="catch_up", tags={"kind": "s3rs"}, retry_policy=RETRY_POLICY)
 def catch_up(
     context: dg.OpExecutionContext,
@@ -180,6 +201,7 @@ def catch_up(
     table = find_table(load_tables(), config.table)
     store = store_for(s3, context.run_id, context.instance)
     with dagster_step():
+        _refuse_overlap(context, table)
         if config.backup_keys:
             part = _Context(context, list(config.backup_keys))
             out = run_backup(part, table, mysql, s3, spark, config.limit)  # type: ignore[arg-type]

@@ -127,3 +127,40 @@ def test_scattered_days_are_caught_up_in_one_run_exactly(stack, history):
     assert _equal(stack) == len(_rows()) + 2
     verify = invoke("verify", "-t", history)
     assert verify.exit_code == 0, verify.output
+
+
+def test_catchup_refuses_to_overlap_another_run_of_its_table(tmp_path):
+    """The catch-up op holds no table pool: another run of the table in progress (tagged
+    by s3rs's launchers) stops it before any write."""
+    import dagster as dg
+
+    from s3rs_assets.catchup import _refuse_overlap
+    from s3rs_assets.config import TableConfig
+    from s3rs_assets.errors import ConfigError
+
+    table = TableConfig(name="db.t", cursor="update_at", start="2020-01-01")
+
+    class Ctx:  # the two attributes the guard reads of an op context
+        def __init__(self, instance: dg.DagsterInstance, run_id: str) -> None:
+            self.instance, self.run_id = instance, run_id
+
+    with dg.instance_for_test(temp_dir=str(tmp_path)) as inst:
+        mine = inst.add_run(
+            dg.DagsterRun(
+                job_name=JOB_NAME,
+                run_id="a" * 36,
+                tags={"s3rs/table": "db.t"},
+                status=dg.DagsterRunStatus.STARTED,
+            )
+        )
+        _refuse_overlap(Ctx(inst, mine.run_id), table)  # alone: fine
+        inst.add_run(
+            dg.DagsterRun(
+                job_name="db__t__sync",
+                run_id="b" * 36,
+                tags={"s3rs/table": "db.t"},
+                status=dg.DagsterRunStatus.STARTED,
+            )
+        )
+        with pytest.raises(ConfigError, match="b{36}"):
+            _refuse_overlap(Ctx(inst, mine.run_id), table)
