@@ -5,6 +5,7 @@ from __future__ import annotations
 import dagster as dg
 
 from s3rs_assets.assets import build_sync_job, build_table_assets
+from s3rs_assets.catchup import catchup_job
 from s3rs_assets.checks import build_reconcile_schedules
 from s3rs_assets.config import load_tables
 from s3rs_assets.env_resources import resources_from_env
@@ -19,7 +20,7 @@ def build_definitions() -> dg.Definitions:
     return dg.Definitions(
         assets=[a for t in tables for a in build_table_assets(t)],
         asset_checks=build_freshness_checks(tables),  # `caught_up`: lag per table, one op
-        jobs=jobs,
+        jobs=[*jobs, catchup_job],
         sensors=build_sensors(tables, jobs),
         schedules=build_reconcile_schedules(tables),
         resources=resources_from_env(),

@@ -49,12 +49,20 @@ def unloaded(record: WatermarkRecord | None, loaded: Loaded) -> dict[str, list[F
 
 @dataclass
 class SyncPlan:
-    """One Dagster run: `stages` over the partition range [start, end]."""
+    """One Dagster run: `stages` over the partition range [start, end]; or, when
+    `backup_keys`/`load_keys` are set, a catch-up run (catchup.py) over those partitions
+    only, however far apart they lie."""
 
     table: TableConfig
     stages: tuple[str, ...]
     start: str
     end: str
+    backup_keys: tuple[str, ...] = ()
+    load_keys: tuple[str, ...] = ()
+
+    @property
+    def catchup(self) -> bool:
+        return bool(self.backup_keys or self.load_keys)
 
 
 def plan_sync(table: TableConfig, record: WatermarkRecord | None) -> SyncPlan:
@@ -94,12 +102,14 @@ def plan_work(
     stages: tuple[str, ...],
     backup_work: list[str],
     load_work: list[str],
+    catchup: bool = True,
 ) -> list[SyncPlan]:
     """The runs for the partitions with work only: cost follows the partitions holding
     rows, not the calendar. A backup range joins two partitions only across partitions
     that are closed (empty: read again at the cost of a probe), never across complete ones
     holding rows (they would be recomputed); load ranges join across anything (a load
-    reads only unloaded files)."""
+    reads only unloaded files). Where that still leaves two runs or more (data days far
+    apart), one catch-up run over the partitions with work replaces them (`catchup`)."""
     all_windows = windows(partitions_def(table))
     index = {k: i for i, (k, _, _) in enumerate(all_windows)}
     closed = [
@@ -122,7 +132,26 @@ def plan_work(
         pending = [k for k in load_work if k in index and index[k] not in covered]
         for first, last in group(pending, index, lambda i, j: True):
             plans.append(SyncPlan(table, ("load",), first, last))
-    return sorted(plans, key=lambda p: index[p.start])
+    plans.sort(key=lambda p: index[p.start])
+    if catchup and len(plans) >= 2 and "load" in stages:
+        return [catchup_plan(table, stages, index, backup_work, load_work)]
+    return plans
+
+
+def catchup_plan(
+    table: TableConfig,
+    stages: tuple[str, ...],
+    index: dict[str, int],
+    backup_work: list[str],
+    load_work: list[str],
+) -> SyncPlan:
+    """One run for work scattered over the calendar (several range runs otherwise): only
+    the partitions with work, each materialized on its own (catchup.py)."""
+    order = index.__getitem__
+    backup = sorted(set(backup_work) if "backup" in stages else set(), key=order)
+    load = sorted({k for k in load_work if k in index} - set(backup), key=order)
+    keys = sorted(set(backup) | set(load), key=order)
+    return SyncPlan(table, stages, keys[0], keys[-1], tuple(backup), tuple(load))
 
 
 @dataclass

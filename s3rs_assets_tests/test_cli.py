@@ -64,6 +64,8 @@ def cli_tables_file(tmp_path_factory, mysql_db):
         {"name": f"{mysql_db}.cli_verify", "start": key_of(day(3)), **common},
         {"name": f"{mysql_db}.cli_sparse", "start": key_of(day(1100)), **common},
         {"name": f"{mysql_db}.cli_long", "start": key_of(day(7300)), **common},
+        {"name": f"{mysql_db}.cli_history", "start": key_of(day(7300)), "chunk_rows": 8,
+         **common},
         *({"name": f"{mysql_db}.cli_par{n}", "start": key_of(day(2)), "chunk_rows": 40,
            **common} for n in (1, 2, 3)),
         {"name": f"{mysql_db}.ssh_orders", "start": key_of(day(2)), "chunk_rows": 20, **common},

@@ -46,13 +46,19 @@ def test_runs_cover_the_days_with_rows_and_empty_stretches_close_without_one(
     mysql = MySQLResource(url=mysql_url)
     wh = WarehouseResource(url=pg_url)
     prepared = work.prepare(sparse, mysql, wh, s3_resource, store, ("backup", "load"))
-    # two adjacent old days are one run, the lonely day another, today a third
-    assert [(p.start, p.end) for p in prepared.plans] == [
+    # two adjacent old days are one range, the lonely day another, today a third: three
+    # range runs, so one catch-up run over the four days with rows instead (catchup.py)
+    days = [key(day(n)) for n in (1000, 999, 400, 0)]
+    [plan] = prepared.plans
+    assert plan.catchup and plan.backup_keys == tuple(days) and not plan.load_keys
+    assert (plan.start, plan.end, plan.stages) == (days[0], days[-1], ("backup", "load"))
+    rec = store.read(sparse.name, fresh=True)
+    ranges = work.plan_work(sparse, rec, ("backup", "load"), days, [], catchup=False)
+    assert [(p.start, p.end) for p in ranges] == [
         (key(day(1000)), key(day(999))),
         (key(day(400)), key(day(400))),
         (key(day(0)), key(day(0))),
     ]
-    assert all(p.stages == ("backup", "load") for p in prepared.plans)
     # a handful of probes for 1,100 days; the empty days are closed ranges, one write
     assert prepared.probes <= 8
     rec = store.read(sparse.name, fresh=True)
@@ -107,12 +113,33 @@ def test_load_backlog_and_backup_work_plan_separately(sparse):
     loaded = {("k20", "0" * 32)}
     load_work = list(work.unloaded(rec, loaded))
     plans = work.plan_work(sparse, rec, ("backup", "load"), [all_w[5][0], all_w[40][0]],
-                           load_work)
+                           load_work, catchup=False)
     assert [(p.stages, p.start, p.end) for p in plans] == [
         (("backup", "load"), all_w[5][0], all_w[5][0]),   # 10 holds rows: not joined
         (("load",), all_w[10][0], all_w[30][0]),          # 10 and 30 unloaded; one run
         (("backup", "load"), all_w[40][0], all_w[40][0]),
     ]
+    # three range runs: one catch-up run instead, over the partitions with work only
+    [plan] = work.plan_work(sparse, rec, ("backup", "load"), [all_w[5][0], all_w[40][0]],
+                            load_work)
+    assert plan.backup_keys == (all_w[5][0], all_w[40][0])
+    assert plan.load_keys == (all_w[10][0], all_w[30][0])
     # across closed (empty) days only, close work joins into one run
     plans = work.plan_work(sparse, rec, ("backup",), [all_w[31][0], all_w[40][0]], [])
     assert [(p.start, p.end) for p in plans] == [(all_w[31][0], all_w[40][0])]
+
+
+def test_catchup_plans_follow_the_stages(sparse):
+    """--redshift-only: scattered unloaded partitions are one catch-up load; --backup-only
+    keeps its range runs (the catch-up job always loads what it backs up)."""
+    all_w = windows(partitions_def(sparse))
+    rec = WatermarkRecord.new(sparse.name)
+    far = [all_w[n][0] for n in (10, 200, 900)]
+    [plan] = work.plan_work(sparse, rec, ("load",), [], far)
+    assert plan.catchup and plan.load_keys == tuple(far) and not plan.backup_keys
+    assert plan.stages == ("load",)
+    plans = work.plan_work(sparse, rec, ("backup",), far, [])
+    assert len(plans) == 3 and not any(p.catchup for p in plans)
+    # work that fits one range run stays one
+    [plan] = work.plan_work(sparse, rec, ("load",), [], [all_w[10][0], all_w[12][0]])
+    assert not plan.catchup and (plan.start, plan.end) == (all_w[10][0], all_w[12][0])

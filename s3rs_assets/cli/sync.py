@@ -305,4 +305,8 @@ def _execute(runner: Any, plan: Any, inst: Any, limit: int | None, tags: dict, q
     """runner.execute, with Dagster's own console logger silenced when `quiet` (SyncMonitor
     then re-emits the run's log messages in s3rs's format, redacted)."""
     loggers = {"console": {"config": {"log_level": "CRITICAL"}}} if quiet else None
+    if plan.catchup:  # scattered partitions: one op run (catchup.py), not a range run each
+        from s3rs_assets.catchup import execute_catchup
+
+        return execute_catchup(plan, inst, limit=limit, extra_tags=tags, loggers=loggers)
     return runner.execute(plan, inst, limit=limit, extra_tags=tags, loggers=loggers)
