@@ -31,6 +31,7 @@ from s3rs_assets.names import (
     job_name,
     kinds,
     pool_name,
+    shared_signature,
 )
 from s3rs_assets.partitions import partitions_def, window
 from s3rs_assets.resources import MySQLResource, S3Resource, SparkResource
@@ -210,6 +211,7 @@ def build_table_assets(table: TableConfig) -> list[dg.AssetsDefinition]:
             f"({table.cursor}, primary key), partitioned {table.partition}."
         ),
     )
+    @shared_signature
     def s3_parquet(
         context: dg.AssetExecutionContext,
         config: BackupConfig,

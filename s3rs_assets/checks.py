@@ -37,8 +37,10 @@ from s3rs_assets.names import (
     CHECK_NAME,
     RECONCILE_CHECK_NAME,
     asset_key,
-    group_name,
+    per_table_jobs,
     pool_name,
+    shared_signature,
+    table_slug,
 )
 from s3rs_assets.partitions import partitions_def, window
 from s3rs_assets.reconcile.diff import KINDS
@@ -175,6 +177,7 @@ def build_checks(table: TableConfig) -> list[dg.AssetChecksDefinition]:
             "MySQL's, over what the backup copied (a partial partition up to its cursor)."
         ),
     )
+    @shared_signature
     def matches_mysql(
         context: dg.AssetCheckExecutionContext,
         mysql: MySQLResource,
@@ -210,6 +213,7 @@ def build_checks(table: TableConfig) -> list[dg.AssetChecksDefinition]:
             "window is listed; an older partial partition is a warning."
         ),
     )
+    @shared_signature
     def backup_complete(
         context: dg.AssetCheckExecutionContext, s3: S3Resource
     ) -> dg.AssetCheckResult:
@@ -280,6 +284,7 @@ def build_reconcile_check(table: TableConfig) -> dg.AssetChecksDefinition:
             "deleted in MySQL, rows whose content differs. Runs `s3rs reconcile`."
         ),
     )
+    @shared_signature
     def reconciled(
         context: dg.AssetCheckExecutionContext,
         config: ReconcileCheckConfig,
@@ -323,13 +328,28 @@ def build_reconcile_check(table: TableConfig) -> dg.AssetChecksDefinition:
 
 
 def reconcile_job_name(table: TableConfig) -> str:
-    return f"{group_name(table)}__reconcile"
+    return f"{table_slug(table)}__reconcile"
+
+
+RECONCILE_ALL_SCHEDULE = "s3rs_reconcile_all_schedule"
 
 
 def build_reconcile_schedules(
     tables: list[TableConfig], cron: str = DEFAULT_CRON
 ) -> list[dg.ScheduleDefinition]:
-    """One schedule per table running its `reconciled` check alone; STOPPED by default."""
+    """One schedule per table running its `reconciled` check alone; STOPPED by default.
+    Past `names.per_table_jobs`, one schedule running every table's `reconciled` check on
+    the implicit asset job instead (per-table jobs would cost N^2 to resolve)."""
+    if not per_table_jobs(len(tables)):
+        return [
+            dg.ScheduleDefinition(
+                name=RECONCILE_ALL_SCHEDULE,
+                target=dg.AssetSelection.checks(*(reconcile_check_key(t) for t in tables)),
+                cron_schedule=cron,
+                default_status=dg.DefaultScheduleStatus.STOPPED,
+                description=f"Reconcile all {len(tables)} tables (off until turned on).",
+            )
+        ]
     out = []
     for table in tables:
         job = dg.define_asset_job(
@@ -339,7 +359,7 @@ def build_reconcile_schedules(
         )
         out.append(
             dg.ScheduleDefinition(
-                name=f"{group_name(table)}__reconcile_schedule",
+                name=f"{table_slug(table)}__reconcile_schedule",
                 job=job,
                 cron_schedule=cron,
                 default_status=dg.DefaultScheduleStatus.STOPPED,
