@@ -12,7 +12,9 @@ Suites (one module each; the shared timing, table and JSON code is in harness.py
 * shape: a 20-year mostly quiet table, 15 small tables, a 1,000-row increment on a big
   table; first and unchanged re-sync per table, watermark record bytes (issue 8);
 * reconcile: `s3rs reconcile` vs `count(*)` and reladiff, identical and with injected
-  differences (issue 10).
+  differences (issue 10);
+* fleet: definitions load for 10/500/2,000 tables, `sync -t` start-up with 10 and 2,000
+  tables configured, 200 small real tables in 5 schemas with `--parallel 4` (issue 18).
 
 Every size follows --rows, so `--rows 2000` is a smoke run. dlt and reladiff are
 optional: without them (the shared .venv) their lines are skipped with a note. The
@@ -29,7 +31,7 @@ import warnings
 from contextlib import suppress
 from pathlib import Path
 
-from benchmarks import suite_core, suite_decimal, suite_reconcile, suite_shape
+from benchmarks import suite_core, suite_decimal, suite_fleet, suite_reconcile, suite_shape
 from benchmarks.context import Ctx
 from benchmarks.harness import machine_info, print_report, say, uptime, write_json
 from benchmarks.memory import MemSampler
@@ -40,6 +42,7 @@ SUITES = {
     "decimal": suite_decimal.run,
     "shape": suite_shape.run,
     "reconcile": suite_reconcile.run,
+    "fleet": suite_fleet.run,
 }
 STAGES = ("backup", "load", "e2e")
 
@@ -49,8 +52,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         prog="python -m benchmarks.run", description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    ap.add_argument("--suite", default="core", help="core, decimal, shape, reconcile, all, or "
-                    "a comma-separated list (default core)")
+    ap.add_argument("--suite", default="core", help="core, decimal, shape, reconcile, fleet, "
+                    "all, or a comma-separated list (default core)")
     ap.add_argument("--rows", type=int, default=1_000_000, help="main table size (default 1M)")
     ap.add_argument("--chunk-rows", type=int, default=100_000, help="s3rs chunk_rows")
     ap.add_argument("--parallelism", type=int, default=2, help="s3rs parallelism (sub-ranges)")
@@ -81,6 +84,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     more.add_argument("--differences", type=int, default=100,
                       help="reconcile: differences injected (40%% deleted, 30%% edited, "
                       "20%% inserted with an old cursor, 10%% cursor moved back)")
+    fleet = ap.add_argument_group("fleet")
+    fleet.add_argument("--fleet-sizes", default="10,500,2000",
+                       help="table counts whose definitions load is timed")
+    fleet.add_argument("--fleet-tables", type=int, default=2000,
+                       help="tables configured for the `sync -t` start-up (against 10)")
+    fleet.add_argument("--fleet-real", type=int, default=200,
+                       help="real small tables synced with --parallel (0: skip)")
+    fleet.add_argument("--fleet-parallel", type=int, default=4)
     return check_args(ap, ap.parse_args(argv))
 
 
@@ -93,6 +104,10 @@ def check_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> argpars
     if not stages or stages - set(STAGES):
         ap.error(f"--stages takes a subset of {','.join(STAGES)}, got {args.stages!r}")
     args.stage_set = stages
+    try:
+        args.fleet_sizes = [int(n) for n in str(args.fleet_sizes).split(",") if n.strip()]
+    except ValueError:
+        ap.error(f"--fleet-sizes takes comma-separated counts, got {args.fleet_sizes!r}")
     if min(args.rows, args.chunk_rows, args.parallelism, args.increment) < 1:
         ap.error("--rows, --chunk-rows, --parallelism and --increment must be positive")
     return args

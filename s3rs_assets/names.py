@@ -175,6 +175,7 @@ def pool_name(table: TableConfig | str) -> str:
     schema, name = _parts(table)
     return f"s3rs-{schema}-{name}"
 
+
 #: The sensors (sensors/): their names and the tag on the runs they launch.
 WATERMARK_GUARD = "s3rs_watermark_guard"
 STAGE_CHAIN = "s3rs_stage_chain"

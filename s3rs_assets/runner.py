@@ -2,7 +2,8 @@
 is decided in `work.py`.
 
 Runs go through `execute_job` on the job reconstructed from `s3rs_assets.table_job` (the
-run's table alone: its start-up does not grow with the fleet), in this process: they are recorded in the Dagster instance (so they show in the UI with their
+run's table alone: its start-up does not grow with the fleet), in this process: they are
+recorded in the Dagster instance (so they show in the UI with their
 metadata), and several tables synced by one command share one SparkSession.
 """
 

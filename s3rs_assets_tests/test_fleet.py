@@ -37,8 +37,11 @@ def write_fleet(path: Path, n: int) -> Path:
     lines = ["tables:"]
     for i in range(n):
         size = sizes[(i // 10) % 4] if i % 10 == 0 else "daily"
-        lines += [f"  - name: fleet_s{i % SCHEMAS}.t{i:04d}", f"    partition: {size}",
-                  "    start: '2024-01-01'"]
+        lines += [
+            f"  - name: fleet_s{i % SCHEMAS}.t{i:04d}",
+            f"    partition: {size}",
+            "    start: '2024-01-01'",
+        ]
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -70,7 +73,8 @@ def _one_table_run_costs(tmp_path, monkeypatch, counts: Counter, n: int) -> Coun
     job = sync_job("fleet_s3.t0003")
     assert job.name == job_name("fleet_s3.t0003")
     assert {k for k in job.asset_layer.asset_graph.get_all_asset_keys()} == {
-        asset_key("fleet_s3.t0003", "s3_parquet"), asset_key("fleet_s3.t0003", "redshift_table")
+        asset_key("fleet_s3.t0003", "s3_parquet"),
+        asset_key("fleet_s3.t0003", "redshift_table"),
     }
     return Counter(counts)
 
