@@ -92,6 +92,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     fleet.add_argument("--fleet-real", type=int, default=200,
                        help="real small tables synced with --parallel (0: skip)")
     fleet.add_argument("--fleet-parallel", type=int, default=4)
+    fleet.add_argument("--no-fleet-load", dest="fleet_load", action="store_false",
+                       help="skip the definitions load timings")
     return check_args(ap, ap.parse_args(argv))
 
 

@@ -65,6 +65,8 @@ def definitions_load(sync: SyncEnv, n: int) -> tuple[float, float]:
 def make_table(ctx: Ctx, schema: str, table: str, rows: int, day: date) -> None:
     with mysql_connect(ctx.mysql) as conn, conn.cursor() as cur:
         cur.execute(f"CREATE DATABASE IF NOT EXISTS `{schema}` CHARACTER SET utf8mb4")
+    # seq_1_to_N (the Sequence engine) needs a current database
+    with mysql_connect(ctx.mysql, schema) as conn, conn.cursor() as cur:
         cur.execute(f"DROP TABLE IF EXISTS `{schema}`.`{table}`")
         cur.execute(DDL.format(schema=schema, table=table))
         cur.execute(
@@ -99,6 +101,14 @@ def sync_startup(ctx: Ctx, sync: SyncEnv, n: int, day: date) -> float | None:
     }
     sync.tables = [probe, *fake_entries(n - 1, day)]
     sync.__post_init__()
+    with mysql_connect(ctx.mysql, SCHEMA) as conn, conn.cursor() as cur:
+        # new rows (an unchanged table launches no run): the minute before now, in MySQL's clock
+        cur.execute(f"SELECT COALESCE(MAX(id), 0) FROM `{PROBE}`")
+        first = int(cur.fetchone()[0]) + 1
+        cur.execute(
+            f"INSERT INTO `{PROBE}` SELECT {first} + s.seq, 'new', NOW(6) - INTERVAL 1 MINUTE "
+            "FROM seq_1_to_10 s"
+        )
     since = datetime.now(UTC)
     t0 = time.time()
     sync.cli("sync", "--no-progress", "-t", probe["name"], timeout=ctx.args.sync_timeout)
@@ -129,7 +139,7 @@ def run(ctx: Ctx) -> Report:
     sync = SyncEnv(ctx.mysql, ctx.pg, ctx.bucket, "fleet", [])
     say(f"fleet: definitions load, uptime {uptime()}")
     loads: dict[int, float] = {}
-    for n in args.fleet_sizes:
+    for n in args.fleet_sizes if args.fleet_load else []:
         wall, inside = definitions_load(sync, n)
         loads[n] = inside
         say(f"    {n} tables: {inside:.1f} s (process {wall:.1f} s)")
