@@ -61,6 +61,11 @@ class BackupConfig(dg.Config):
     limit: int | None = None
 
 
+#: Built once from the class: given as `config_schema`, rather than a `config: BackupConfig`
+#: parameter from which Dagster infers the schema anew for every table's op.
+BACKUP_CONFIG_SCHEMA = BackupConfig.to_config_schema()
+
+
 def _inspect_source(
     context: dg.AssetExecutionContext,
     table: TableConfig,
@@ -205,6 +210,7 @@ def build_table_assets(table: TableConfig) -> list[dg.AssetsDefinition]:
         pool=pool_name(table),
         retry_policy=RETRY_POLICY,
         op_tags=tags,
+        config_schema=BACKUP_CONFIG_SCHEMA,
         metadata={TABLE_METADATA_KEY: table.name},
         description=(
             f"MySQL `{table.name}` copied incrementally to S3 parquet, keyed on "
@@ -214,11 +220,11 @@ def build_table_assets(table: TableConfig) -> list[dg.AssetsDefinition]:
     @shared_signature
     def s3_parquet(
         context: dg.AssetExecutionContext,
-        config: BackupConfig,
         mysql: MySQLResource,
         s3: S3Resource,
         spark: SparkResource,
     ) -> BackupOutput:
+        config = BackupConfig(**(context.op_config or {}))
         with dagster_step():
             out = run_backup(context, table, mysql, s3, spark, config.limit)
         publish(context, out, preview(store_for(s3, context.run_id), out))

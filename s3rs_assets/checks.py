@@ -267,6 +267,10 @@ class ReconcileCheckConfig(dg.Config):
     threshold: int = Field(default=256, description="Rows per range before rows are fetched.")
 
 
+#: Built once (see assets.BACKUP_CONFIG_SCHEMA).
+RECONCILE_CONFIG_SCHEMA = ReconcileCheckConfig.to_config_schema()
+
+
 def reconcile_check_key(table: TableConfig) -> dg.AssetCheckKey:
     return dg.AssetCheckKey(asset_key(table, "redshift_table"), RECONCILE_CHECK_NAME)
 
@@ -278,6 +282,7 @@ def build_reconcile_check(table: TableConfig) -> dg.AssetChecksDefinition:
         asset=asset_key(table, "redshift_table"),
         name=RECONCILE_CHECK_NAME,
         pool=pool_name(table),
+        config_schema=RECONCILE_CONFIG_SCHEMA,
         description=(
             f"MySQL `{table.name}` and the warehouse compared by primary key (rows below the "
             "safety bound or with a NULL cursor): rows missing in the warehouse, rows "
@@ -287,11 +292,11 @@ def build_reconcile_check(table: TableConfig) -> dg.AssetChecksDefinition:
     @shared_signature
     def reconciled(
         context: dg.AssetCheckExecutionContext,
-        config: ReconcileCheckConfig,
         mysql: MySQLResource,
         s3: S3Resource,
         warehouse: WarehouseResource,
     ) -> dg.AssetCheckResult:
+        config = ReconcileCheckConfig(**(context.op_execution_context.op_config or {}))
         store = store_for(s3, context.run.run_id, context.instance)
         options = ReconcileOptions(
             columns=config.columns, apply=config.apply, threshold=config.threshold
