@@ -153,7 +153,8 @@ def run(ctx: Ctx) -> Report:
         # the best of two: one figure under this machine's load swings by seconds
         tries = [sync_startup(ctx, sync, n, today) for _ in range(2)]
         starts[n] = min((t for t in tries if t is not None), default=None)
-        say(f"    sync -t with {n} tables configured: first step after {starts[n]} s")
+        rep.details.setdefault("sync_startup_tries_s", {})[n] = tries
+        say(f"    sync -t with {n} tables configured: first step after {tries} s")
         rep.add(
             "sync -t", f"to the first step, {n} tables set", None, starts[n], key=f"startup_{n}"
         )
