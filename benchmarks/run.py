@@ -14,7 +14,9 @@ Suites (one module each; the shared timing, table and JSON code is in harness.py
 * reconcile: `s3rs reconcile` vs `count(*)` and reladiff, identical and with injected
   differences (issue 10);
 * fleet: definitions load for 10/500/2,000 tables, `sync -t` start-up with 10 and 2,000
-  tables configured, 200 small real tables in 5 schemas with `--parallel 4` (issue 18).
+  tables configured, 200 small real tables in 5 schemas with `--parallel 4` (issue 18);
+* fleet_scan: a new_data and a guard sensor tick and `s3rs status` over --scan-tables
+  (2,000) small tables in --scan-schemas (5) schemas (issue 18).
 
 Every size follows --rows, so `--rows 2000` is a smoke run. dlt and reladiff are
 optional: without them (the shared .venv) their lines are skipped with a note. The
@@ -31,7 +33,14 @@ import warnings
 from contextlib import suppress
 from pathlib import Path
 
-from benchmarks import suite_core, suite_decimal, suite_fleet, suite_reconcile, suite_shape
+from benchmarks import (
+    suite_core,
+    suite_decimal,
+    suite_fleet,
+    suite_fleet_scan,
+    suite_reconcile,
+    suite_shape,
+)
 from benchmarks.context import Ctx
 from benchmarks.harness import machine_info, print_report, say, uptime, write_json
 from benchmarks.memory import MemSampler
@@ -43,6 +52,7 @@ SUITES = {
     "shape": suite_shape.run,
     "reconcile": suite_reconcile.run,
     "fleet": suite_fleet.run,
+    "fleet_scan": suite_fleet_scan.run,
 }
 STAGES = ("backup", "load", "e2e")
 
@@ -94,6 +104,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     fleet.add_argument("--fleet-parallel", type=int, default=4)
     fleet.add_argument("--no-fleet-load", dest="fleet_load", action="store_false",
                        help="skip the definitions load timings")
+    scan = ap.add_argument_group("fleet_scan")
+    scan.add_argument("--scan-tables", type=int, default=2000, help="tables (default 2000)")
+    scan.add_argument("--scan-schemas", type=int, default=5, help="MySQL schemas (default 5)")
+    scan.add_argument("--scan-drop", action="store_true", help="drop the schemas at the end")
     return check_args(ap, ap.parse_args(argv))
 
 

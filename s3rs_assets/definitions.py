@@ -14,6 +14,7 @@ from s3rs_assets.assets import build_sync_job, build_table_assets
 from s3rs_assets.checks import build_reconcile_schedules
 from s3rs_assets.config import load_tables
 from s3rs_assets.env_resources import resources_from_env
+from s3rs_assets.freshness import build_freshness_checks
 from s3rs_assets.names import per_table_jobs
 from s3rs_assets.sensors import build_sensors
 from s3rs_assets.table_job import sync_job, table_definitions
@@ -26,6 +27,7 @@ def build_definitions() -> dg.Definitions:
     jobs = [build_sync_job(t) for t in tables] if per_table_jobs(len(tables)) else []
     return dg.Definitions(
         assets=[a for t in tables for a in build_table_assets(t)],
+        asset_checks=build_freshness_checks(tables),  # `caught_up`: lag per table, one op
         jobs=jobs,
         sensors=build_sensors(tables, jobs),
         schedules=build_reconcile_schedules(tables),

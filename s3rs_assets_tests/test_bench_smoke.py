@@ -32,6 +32,7 @@ ARGS = {
     "decimal": [],
     "shape": ["--small-tables", "2", "--small-max", "40", "--history-years", "0.1"],
     "reconcile": ["--differences", "10"],
+    "fleet_scan": ["--scan-tables", "40", "--scan-schemas", "2", "--scan-drop"],
 }
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
@@ -127,3 +128,16 @@ def test_reconcile(bench_schema: str, tmp_path: Path) -> None:
     assert rate(doc, "count") > 0 and rate(doc, "diff_s3rs_key") > 0
     optional_tool(doc, "reladiff", "diff_reladiff_key")
     assert "s3rs --columns all: found" in stdout
+
+
+def test_fleet_scan(bench_schema: str, tmp_path: Path) -> None:
+    doc, stdout = run_suite("fleet_scan", bench_schema, tmp_path)
+    assert {ln["key"] for ln in doc["lines"]} == {
+        "new_data_cold", "new_data_warm", "guard", "status"}
+    assert all(ln["seconds"] > 0 for ln in doc["lines"])
+    # 2 of every 20 tables: one empty, one with rows and no record (a run each)
+    assert doc["status_states"] == {"ok": 36, "empty": 2, "never_synced": 2}
+    assert doc["run_requests"]["new_data"] == 2
+    warm = doc["calls"]["new_data_warm"]
+    assert warm["s3"].get("GetObject", 0) <= 2 * 2  # the never-synced' copies only
+    assert "s3rs status:" in stdout

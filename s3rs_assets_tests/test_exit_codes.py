@@ -101,6 +101,7 @@ COMMANDS = {
     "watermark reset": ["watermark", "reset", "-t", "{t}", "--yes"],
     "watermark history": ["watermark", "history", "-t", "{t}"],
     "s3clean list": ["s3clean", "list", "-t", "{t}"],
+    "status": ["status", "-t", "{t}"],
 }
 
 BROKEN = ("cursor", "mysql_password", "s3", "warehouse")
@@ -153,6 +154,10 @@ EXPECTED = {
     ("s3clean list", "mysql_password"): (0, "unloaded"),
     ("s3clean list", "s3"): (2, S3_READ),
     ("s3clean list", "warehouse"): (2, WAREHOUSE),
+    ("status", "cursor"): (2, CURSOR),  # its catalog is wrong, and no table is behind
+    ("status", "mysql_password"): (2, MYSQL),
+    ("status", "s3"): (2, S3),
+    ("status", "warehouse"): (0, "1 ok"),  # status reads MySQL and the records only
 }
 
 

@@ -31,8 +31,9 @@ PREFIX = "imports"
 HEAVY = ("dagster", "dagster_aws", "dagster_pyspark", "pyspark", "pandas", "pyarrow", "numpy")
 #: modules in sys.modules after the command, measured + ~15%: 144 (--help), 586 (watermark
 #: get/list), 492 (verify), 692 (s3clean list), 802 (reconcile: pyarrow for its repair
-#: files); `import dagster` alone brings ~1,400, with dagster-pyspark ~1,900
-BOUND = {"--help": 170, "watermark": 680, "verify": 570, "s3clean": 800, "reconcile": 920}
+#: files), 582 (status); `import dagster` alone brings ~1,400, with dagster-pyspark ~1,900
+BOUND = {"--help": 170, "watermark": 680, "verify": 570, "s3clean": 800, "reconcile": 920,
+         "status": 670}
 
 _PROBE = """
 import json, runpy, sys
@@ -111,6 +112,8 @@ COMMANDS = [
     ("verify", "-t", "{name}"),
     ("reconcile", "-t", "{name}"),
     ("s3clean", "list", "-t", "{name}"),
+    ("status",),
+    ("status", "--json", "-t", "{name}"),
 ]
 
 

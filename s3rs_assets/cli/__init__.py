@@ -53,6 +53,7 @@ COMMANDS = {
     "verify": ("s3rs_assets.cli.verify", "verify"),
     "reconcile": ("s3rs_assets.cli.reconcile", "reconcile"),
     "spark": ("s3rs_assets.cli.spark", "spark"),
+    "status": ("s3rs_assets.cli.status", "status"),
 }
 
 #: the first line of each command's help, for `s3rs --help` without importing every
@@ -70,6 +71,7 @@ SUMMARIES = {
     "repairs it.",
     "spark": "A long-lived Spark Connect server, so runs attach (~1 s) instead of "
     "starting Spark.",
+    "status": "Every table's lag behind MySQL, last run and what needs a person.",
 }
 
 

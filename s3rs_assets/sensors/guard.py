@@ -1,12 +1,12 @@
 """`s3rs_watermark_guard` (every 5 min) validates every configured table's primary
-  watermark with `WatermarkStore.recover`: a lost or corrupt primary is restored from the
-  daily backup, a session backup, or the latest `s3rs/watermark` materialization metadata
-  (`watermark_eventlog.event_log_watermark`), written back, and reported as an
-  `AssetObservation` on the table's `s3_parquet` (metadata `recovered_from`, `key`). A
-  table with no copy anywhere was never synced, which is fine. When no valid copy is left
-  the guard names the table and the `s3rs watermark set` command; it never resets
-  anything itself. A tick that restored a record fails with its message (Dagster shows any
-  tick without runs as SKIPPED); every other tick's message is its skip reason.
+watermark with `WatermarkStore.recover`: a lost or corrupt primary is restored from the
+daily backup, a session backup, or the latest `s3rs/watermark` materialization metadata
+(`watermark_eventlog.event_log_watermark`), written back, and reported as an
+`AssetObservation` on the table's `s3_parquet` (metadata `recovered_from`, `key`). A
+table with no copy anywhere was never synced, which is fine. When no valid copy is left
+the guard names the table and the `s3rs watermark set` command; it never resets
+anything itself. A tick that restored a record fails with its message (Dagster shows any
+tick without runs as SKIPPED); every other tick's message is its skip reason.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
@@ -29,6 +30,7 @@ from s3rs_assets.names import (
     asset_key,
 )
 from s3rs_assets.resources import MySQLResource, S3Resource
+from s3rs_assets.scan import WORKERS
 from s3rs_assets.sensors.common import clip
 from s3rs_assets.source import (
     server_now,
@@ -36,6 +38,8 @@ from s3rs_assets.source import (
 from s3rs_assets.watermark import iso
 from s3rs_assets.watermark.reports import RecoveryReport
 from s3rs_assets.watermark.store import WatermarkStore
+
+GUARD_WORKERS = WORKERS  # concurrent record reads per tick (2,000 tables: issue 18)
 
 
 @dataclass
@@ -107,7 +111,10 @@ def build_watermark_guard(tables: Sequence[TableConfig]) -> dg.SensorDefinition:
             now, clock_note = None, f" (MySQL clock not read, future-cursor check skipped: {e})"
         store = store_for(s3, instance=context.instance)
         reported: dict[str, str] = json.loads(context.cursor) if context.cursor else {}
-        checks = [check_watermark(store, name, now) for name in by_name]
+        # S3 round trips dominate: records are read by GUARD_WORKERS threads (the store is
+        # thread-safe), the report below stays in table order.
+        with ThreadPoolExecutor(max_workers=GUARD_WORKERS) as pool:
+            checks = list(pool.map(lambda name: check_watermark(store, name, now), by_name))
         events: list[dg.AssetObservation] = []
         for c in checks:
             key = asset_key(by_name[c.table], "s3_parquet")
@@ -182,5 +189,3 @@ def build_watermark_guard(tables: Sequence[TableConfig]) -> dg.SensorDefinition:
         )
 
     return s3rs_watermark_guard
-
-

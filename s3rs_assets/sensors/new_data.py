@@ -1,20 +1,26 @@
 """`s3rs_new_data` (every 2 min) asks MySQL, per table, whether rows exist past the stored
-  watermark and below the run's safety bound (`safety_bound(...).upper`, on the MySQL
-  clock): one index-only `ORDER BY cursor, pk LIMIT 1` probe per partial partition (from
-  its stored (cursor, pk), with the predicates of cursor.py) and per stretch of partitions
-  the watermark has never seen, oldest first, stopping at the first row found. Complete
-  partitions are not probed: their window was read to its end and the safety bound keeps
-  late commits out of it. When rows are found it requests the sync job (both assets) from
-  the first partition with new rows through the partition of the newest row below the
-  bound (the current partition whenever the table is being written; an idle table does not
-  get a run over months of empty windows), leaving out complete partitions (a sync never
-  recomputes a finished window by itself), as one range run per contiguous stretch. The
-  run key is `<table>:<range>:<first new row>:<newest row below the bound>`: the same state
-  gives the same key (Dagster launches it once); progress or new rows give a new one. A
-  run that failed leaves that state as it was, and Dagster never launches a key again (of
-  any status): the key of a failed run gets `:retry-N`, up to RETRIES_AFTER_FAILURE times,
-  then the sensor says so and waits for new rows or a person. A table with a sync queued
-  or running (tag `s3rs/table`) is not probed at all.
+watermark and below the run's safety bound (`safety_bound(...).upper`, on the MySQL
+clock): one index-only `ORDER BY cursor, pk LIMIT 1` probe per partial partition (from
+its stored (cursor, pk), with the predicates of cursor.py) and per stretch of partitions
+the watermark has never seen, oldest first, stopping at the first row found. Complete
+partitions are not probed: their window was read to its end and the safety bound keeps
+late commits out of it. When rows are found it requests the sync job (both assets) from
+the first partition with new rows through the partition of the newest row below the
+bound (the current partition whenever the table is being written; an idle table does not
+get a run over months of empty windows), leaving out complete partitions (a sync never
+recomputes a finished window by itself), as one range run per contiguous stretch. The
+run key is `<table>:<range>:<first new row>:<newest row below the bound>`: the same state
+gives the same key (Dagster launches it once); progress or new rows give a new one. A
+run that failed leaves that state as it was, and Dagster never launches a key again (of
+any status): the key of a failed run gets `:retry-N`, up to RETRIES_AFTER_FAILURE times,
+then the sensor says so and waits for new rows or a person. A table with a sync queued
+or running (tag `s3rs/table`) is not probed at all.
+
+A tick costs queries per schema, not per table (issue 18, `scan.py`): the catalog, the
+safety bound per distinct lag and the newest row below it per table in one UNION ALL
+per schema; a table with no row below the bound is done without reading its record;
+records are read by threads (unchanged ones kept by ETag between ticks), and the index
+probes above run only when the newest row lies past the first unread position.
 """
 
 from __future__ import annotations
@@ -40,11 +46,18 @@ from s3rs_assets.names import (
 )
 from s3rs_assets.partitions import key_for, partitions_def, window, windows
 from s3rs_assets.resources import MySQLResource, S3Resource
+from s3rs_assets.scan import (
+    RecordCache,
+    newest_cursors,
+    primary_etags,
+    read_records,
+    rows_after,
+)
 from s3rs_assets.sensors.common import IN_FLIGHT, clip, partition_request
 from s3rs_assets.source import (
     SafetyBound,
     SourceTable,
-    describe,
+    describe_many,
     first_row,
     last_row,
     safety_bound,
@@ -187,18 +200,30 @@ def find_new_data(
     return ProbeResult(None, done, complete)
 
 
-def _in_flight(instance: dg.DagsterInstance, cfg: TableConfig) -> dg.DagsterRun | None:
-    """A queued or running run that materializes either asset of the table, however it was
-    launched (the UI's Materialize button, a backfill, a sensor, the CLI): found by the
-    assets it targets, not by a tag only some launch paths set."""
-    keys = set(stage_keys(cfg))
-    for run in instance.get_runs(dg.RunsFilter(statuses=IN_FLIGHT)):
+def _in_flight(
+    instance: dg.DagsterInstance, tables: Sequence[TableConfig]
+) -> dict[str, dg.DagsterRun]:
+    """table -> a queued or running run that materializes either asset of it, however it
+    was launched (the UI's Materialize button, a backfill, a sensor, the CLI): found by the
+    assets it targets, not by a tag only some launch paths set. One runs query per tick."""
+    runs = instance.get_runs(dg.RunsFilter(statuses=IN_FLIGHT))
+    if not runs:
+        return {}
+    by_key = {k: cfg.name for cfg in tables for k in stage_keys(cfg)}
+    by_job = {job_name(cfg): cfg.name for cfg in tables}
+    found: dict[str, dg.DagsterRun] = {}
+    for run in runs:
         if run.asset_selection is not None:
-            if keys & set(run.asset_selection):
-                return run
-        elif run.job_name == job_name(cfg):
-            return run
-    return None
+            names = {by_key[k] for k in run.asset_selection if k in by_key}
+        else:
+            names = {by_job[run.job_name]} if run.job_name in by_job else set()
+        for name in names:
+            found.setdefault(name, run)
+    return found
+
+
+#: records of the tables, by ETag, kept between ticks by the code server's process
+_RECORDS = RecordCache()
 
 
 def build_new_data_sensor(
@@ -220,46 +245,145 @@ def build_new_data_sensor(
         context: dg.SensorEvaluationContext, mysql: MySQLResource, s3: S3Resource
     ) -> dg.SensorResult | dg.SkipReason:
         store = store_for(s3, instance=context.instance)
-        requests: list[dg.RunRequest] = []
-        lines: list[str] = []
-        waiting = {}
-        for cfg in tables:
-            run = _in_flight(context.instance, cfg)
-            if run is not None:
-                waiting[cfg.name] = run
-                lines.append(f"{cfg.name}: run {run.run_id[:8]} is {run.status.value}, not checked")
+        waiting = _in_flight(context.instance, tables)
+        lines = [
+            f"{name}: run {run.run_id[:8]} is {run.status.value}, not checked"
+            for name, run in waiting.items()
+        ]
         todo = [t for t in tables if t.name not in waiting]
+        requests: list[dg.RunRequest] = []
         if todo:
             with mysql.connect() as conn:
-                for cfg in todo:
-                    try:
-                        reqs, line = _check_table(conn, store, cfg, context.instance)
-                    except (SourceSchemaError, WatermarkError, ConfigError) as e:
-                        reqs, line = [], f"{cfg.name}: not checked: {e}"
+                for _, reqs, line in scan_tables(conn, store, todo, context.instance):
+                    if reqs is None:
                         context.log.error(line)
-                    requests += reqs
+                    requests += reqs or []
                     lines.append(line)
-        summary = f"checked {len(tables)} tables for MySQL rows past the watermark: " + "; ".join(
-            lines
+        kinds = {
+            "with rows past the watermark": sum(
+                1 for ln in lines if "rows past the watermark below" in ln and ": no rows" not in ln
+            ),
+            "empty below the bound": sum(1 for ln in lines if "table empty there" in ln),
+            "waiting for their run": len(waiting),
+            "not checked": sum(1 for ln in lines if ": not checked: " in ln),
+        }
+        counts = ", ".join(f"{n} {what}" for what, n in kinds.items() if n)
+        summary = (
+            f"checked {len(tables)} tables for MySQL rows past the watermark: "
+            + (f"[{counts}] " if counts and len(tables) > 1 else "")
+            + "; ".join(lines)
         )
         if requests:
-            context.log.info(summary)
+            context.log.info(clip(summary))
             return dg.SensorResult(run_requests=requests)
         return dg.SkipReason(clip(summary))
 
     return s3rs_new_data
 
 
-def _check_table(
-    conn: Any, store: WatermarkStore, cfg: TableConfig, instance: dg.DagsterInstance
-) -> tuple[list[dg.RunRequest], str]:
-    src = describe(conn, cfg)
-    bound = safety_bound(conn, cfg.lag, whole_days=src.cursor_is_date)
-    record = store.read(cfg.name, now=bound.server_now)
-    result = find_new_data(conn, cfg, src, record, bound)
+def scan_tables(
+    conn: Any, store: WatermarkStore, tables: Sequence[TableConfig], instance: dg.DagsterInstance
+) -> list[tuple[TableConfig, list[dg.RunRequest] | None, str]]:
+    """(table, run requests or None when it could not be checked, line) for every table.
+
+    Costs a fixed number of MySQL queries per schema and distinct lag, not per table: the
+    catalog (two per schema), the safety bound (once per lag), the newest cursor below the
+    bound (one UNION ALL per schema), one LIST of the primaries; records are read (by
+    threads, unchanged ones from memory) only for tables with rows; the regions `_probes`
+    plans are asked as EXISTS in one UNION ALL per schema (`scan.rows_after`); only tables
+    with a row there get the probes that find the first and newest row.
+    """
+    described = describe_many(conn, list(tables))
+    bounds: dict[tuple[Any, bool], SafetyBound] = {}
+    out: list[tuple[TableConfig, list[dg.RunRequest] | None, str]] = []
+    live: list[tuple[TableConfig, SourceTable, SafetyBound]] = []
+    for cfg in tables:
+        src = described[cfg.name]
+        if isinstance(src, SourceSchemaError):
+            out.append((cfg, None, f"{cfg.name}: not checked: {src}"))
+            continue
+        key = (cfg.lag, src.cursor_is_date)
+        if key not in bounds:
+            bounds[key] = safety_bound(conn, cfg.lag, whole_days=src.cursor_is_date)
+        live.append((cfg, src, bounds[key]))
+    newest = newest_cursors(conn, [(c.name, src, b.upper) for c, src, b in live])
+    with_rows = [item for item in live if newest[item[0].name] is not None]
+    for cfg, _, bound in live:
+        if newest[cfg.name] is None:
+            out.append(
+                (
+                    cfg,
+                    [],
+                    f"{cfg.name}: no rows below the safety bound "
+                    f"{iso(bound.upper)} (table empty there; record not read)",
+                )
+            )
+    now = max((b.server_now for b in bounds.values()), default=None)
+    records = read_records(
+        store,
+        [c.name for c, _, _ in with_rows],
+        primary_etags(store) if with_rows else {},
+        now=now,
+        cache=_RECORDS,
+        search_missing=True,
+    )
+    planned: dict[str, tuple[list[Probe], int]] = {}
+    for cfg, _, bound in with_rows:
+        record = records[cfg.name]
+        if not isinstance(record, WatermarkError):
+            planned[cfg.name] = _probes(cfg, record, bound.upper)
+    has_rows = rows_after(
+        conn,
+        [
+            (c.name, src, [(p.start, p.end) for p in planned[c.name][0]])
+            for c, src, _ in with_rows
+            if c.name in planned and _may_have_rows(planned[c.name][0], newest[c.name])
+        ],
+    )
+    for cfg, src, bound in with_rows:
+        record = records[cfg.name]
+        try:
+            if isinstance(record, WatermarkError):
+                raise record
+            probes, complete = planned[cfg.name]
+            if cfg.name in has_rows:
+                reqs, line = _check_table(conn, cfg, src, bound, record, instance)
+            else:
+                reqs, line = (
+                    [],
+                    (
+                        f"{cfg.name}: no rows past the watermark {_where(bound)} (newest row "
+                        f"{iso(newest[cfg.name])}; {len(probes)} batched probe(s), {complete} "
+                        "complete partition(s) skipped)"
+                    ),
+                )
+        except (SourceSchemaError, WatermarkError, ConfigError) as e:
+            reqs, line = None, f"{cfg.name}: not checked: {e}"
+        out.append((cfg, reqs, line))
+    order = {cfg.name: i for i, cfg in enumerate(tables)}
+    return sorted(out, key=lambda o: order[o[0].name])
+
+
+def _may_have_rows(probes: Sequence[Probe], newest: datetime | None) -> bool:
+    """Whether the newest row below the bound can lie in a probed region at all."""
+    return bool(probes) and newest is not None and newest >= min(p.start.c for p in probes)
+
+
+def _where(bound: SafetyBound) -> str:
     where = f"below the safety bound {iso(bound.upper)}"
-    if bound.note:
-        where += f" ({bound.note})"
+    return f"{where} ({bound.note})" if bound.note else where
+
+
+def _check_table(
+    conn: Any,
+    cfg: TableConfig,
+    src: SourceTable,
+    bound: SafetyBound,
+    record: WatermarkRecord | None,
+    instance: dg.DagsterInstance,
+) -> tuple[list[dg.RunRequest], str]:
+    where = _where(bound)
+    result = find_new_data(conn, cfg, src, record, bound)
     probed = f"{len(result.probes)} index probe(s), {result.complete} complete partition(s) skipped"
     if not src.cursor_indexed:
         probed += f"; cursor column {src.cursor} has no index, probes scan"
@@ -291,5 +415,3 @@ def _check_table(
         f"{found.newest_row}; syncing {spans} ({probed})"
     )
     return requests, line
-
-

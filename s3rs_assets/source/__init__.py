@@ -20,7 +20,7 @@ from s3rs_assets.source.probes import (
     plan_chunk,
     source_counts,
 )
-from s3rs_assets.source.table import SourceTable, check_clock, describe
+from s3rs_assets.source.table import SourceTable, check_clock, describe, describe_many
 
 __all__ = [
     "Blocker",
@@ -30,6 +30,7 @@ __all__ = [
     "check_clock",
     "count_between",
     "describe",
+    "describe_many",
     "first_row",
     "last_row",
     "plan_chunk",

@@ -1,0 +1,177 @@
+"""What a look over the whole fleet costs: batched MySQL probes and concurrent record reads.
+
+A sensor tick and `s3rs status` look at every configured table; with thousands of tables a
+query or an S3 GET per table per look is minutes, not seconds (issue 18). So:
+
+* the catalog is read with two queries per schema (`source.describe_many`);
+* the newest cursor of every table is one UNION ALL query per schema (`newest_cursors`,
+  chunked at CHUNK tables a statement), index-only when the cursor is indexed;
+* which tables have a primary watermark is one LIST (a page per 1,000 tables), so a
+  missing record is "never synced" without a recovery search (`primary_etags`);
+* records are read by WORKERS threads (`read_records`), and a long-lived process (the
+  sensors' code server) keeps each record with its ETag: a record that did not change
+  since the last tick is not read again (`RecordCache`).
+
+Nothing here imports Dagster: `s3rs status` uses it from the CLI.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import date, datetime
+from typing import Any
+
+from s3rs_assets.cursor import after, below
+from s3rs_assets.errors import WatermarkError
+from s3rs_assets.identifiers import mysql_quote
+from s3rs_assets.source import SourceTable
+from s3rs_assets.watermark.record import Position, WatermarkRecord
+from s3rs_assets.watermark.store import WatermarkStore
+
+CHUNK = 500  # tables in one UNION ALL statement
+WORKERS = 10  # concurrent S3 reads of records: botocore's connection pool holds 10
+
+
+def _as_datetime(value: Any) -> datetime | None:
+    """A MAX(cursor) value; zero dates (returned as text by pymysql) count as no row."""
+    if isinstance(value, datetime):
+        return value
+    if isinstance(value, date):
+        return datetime.combine(value, datetime.min.time())
+    return None
+
+
+def newest_cursors(
+    conn: Any, items: Sequence[tuple[str, SourceTable, datetime | None]]
+) -> dict[str, datetime | None]:
+    """name -> the greatest readable cursor of the table below `upper` (any, when None);
+    None for a table with no such row. One UNION ALL statement per schema (per CHUNK
+    tables), so the cost does not grow with the number of tables in queries."""
+    by_schema: dict[str, list[tuple[str, SourceTable, datetime | None]]] = {}
+    for item in items:
+        by_schema.setdefault(item[1].schema, []).append(item)
+    out: dict[str, datetime | None] = {}
+    with conn.cursor() as cur:
+        for group in by_schema.values():
+            for at in range(0, len(group), CHUNK):
+                chunk = group[at : at + CHUNK]
+                parts = []
+                for i, (_, src, upper) in enumerate(chunk):
+                    keys = src.keys
+                    where = below(upper, keys) if upper is not None else keys.readable
+                    where = where or "1 = 1"
+                    parts.append(
+                        f"SELECT {i} AS i, (SELECT MAX({mysql_quote(src.cursor)}) "
+                        f"FROM {src.qualified} WHERE {where}) AS m"
+                    )
+                cur.execute(" UNION ALL ".join(parts))
+                for i, value in cur.fetchall():
+                    out[chunk[int(i)][0]] = _as_datetime(value)
+    return out
+
+
+def primary_etags(store: WatermarkStore) -> dict[str, str]:
+    """table -> ETag of every primary watermark: one LIST (a page per 1,000 tables)."""
+    found: dict[str, str] = {}
+    for obj in store._list(store.layout.watermark_tables()):
+        table = store.layout.parse_primary(obj["Key"])
+        if table is not None:
+            found[table] = obj["ETag"]
+    return found
+
+
+class RecordCache:
+    """Records by (bucket, key, ETag): a record whose ETag did not change is not read again.
+    One per process; a tick builds a new store, the cache outlives it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._records: dict[tuple[str, str], tuple[str, WatermarkRecord]] = {}
+
+    def get(self, store: WatermarkStore, table: str, etag: str) -> WatermarkRecord | None:
+        with self._lock:
+            hit = self._records.get((store.bucket, store.layout.watermark_primary(table)))
+        return hit[1] if hit is not None and hit[0] == etag else None
+
+    def put(self, store: WatermarkStore, table: str, etag: str, record: WatermarkRecord) -> None:
+        with self._lock:
+            self._records[(store.bucket, store.layout.watermark_primary(table))] = (etag, record)
+
+
+def read_records(
+    store: WatermarkStore,
+    names: Iterable[str],
+    etags: dict[str, str] | None,
+    *,
+    now: datetime | None = None,
+    cache: RecordCache | None = None,
+    search_missing: bool = False,
+) -> dict[str, WatermarkRecord | None | WatermarkError]:
+    """name -> its record, None (never synced) or the WatermarkError reading it raised.
+
+    Read by WORKERS threads. A table with no primary in `etags` is None without a read,
+    unless `search_missing` (then the store's read-only recovery answers, as a run would
+    start from it). With `etags` None every primary is fetched directly, without a LIST
+    (a one-off look: `s3rs status`); a missing one is None, an invalid one its error (no
+    recovery search: restoring is the guard's job)."""
+
+    def direct(name: str) -> WatermarkRecord | None | WatermarkError:
+        got = store._get(store.layout.watermark_primary(name))
+        if got is None:
+            return None
+        try:
+            return store._parse(name, got.body, now)
+        except WatermarkError as e:
+            return e
+
+    def one(name: str) -> WatermarkRecord | None | WatermarkError:
+        if etags is None:
+            return direct(name)
+        etag = etags.get(name)
+        if etag is None and not search_missing:
+            return None
+        if etag is not None and cache is not None:
+            hit = cache.get(store, name, etag)
+            if hit is not None:
+                return hit
+        try:
+            record, got = store.read_versioned(name, now=now, fresh=True)
+        except WatermarkError as e:
+            return e
+        if record is not None and got is not None and cache is not None:
+            cache.put(store, name, got, record)
+        return record
+
+    todo = list(names)
+    if not todo:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(WORKERS, len(todo))) as pool:
+        return dict(zip(todo, pool.map(one, todo), strict=True))
+
+
+def rows_after(
+    conn: Any, items: Sequence[tuple[str, SourceTable, Sequence[tuple[Position, datetime]]]]
+) -> set[str]:
+    """The names whose table holds a readable row after `start` and below `end` in any of
+    their (start, end) regions: the sensor's exact index probes as EXISTS, one UNION ALL
+    statement per schema (per CHUNK regions). Only the tables named here get the probes
+    that find the first and the newest row."""
+    by_schema: dict[str, list[tuple[str, SourceTable, Position, datetime]]] = {}
+    for name, src, regions in items:
+        for start, end in regions:
+            by_schema.setdefault(src.schema, []).append((name, src, start, end))
+    found: set[str] = set()
+    with conn.cursor() as cur:
+        for group in by_schema.values():
+            for at in range(0, len(group), CHUNK):
+                chunk = group[at : at + CHUNK]
+                parts = [
+                    f"SELECT {i} AS i, EXISTS(SELECT 1 FROM {src.qualified} WHERE "
+                    f"{after(start, src.keys)} AND {below(end, src.keys)}) AS e"
+                    for i, (_, src, start, end) in enumerate(chunk)
+                ]
+                cur.execute(" UNION ALL ".join(parts))
+                found |= {chunk[int(i)][0] for i, e in cur.fetchall() if e}
+    return found

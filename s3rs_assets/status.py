@@ -1,0 +1,185 @@
+"""The fleet at a glance (`s3rs status`, the `caught_up` asset check): per table, how far the
+warehouse is behind MySQL, its last run and what needs a person.
+
+Lag is the newest cursor in MySQL against the newest cursor loaded into the warehouse, the
+latter read from the watermark record (the source of truth, DESIGN.md): the greatest
+cursor of the partitions whose files the load ledger mirror (`loaded_partitions`) holds.
+A table is behind when the lag exceeds its configured `lag` (rows newer than the safety
+bound wait on purpose) plus ALLOWED_SLACK (one hourly sync missed).
+
+Costs are per schema, not per table (`scan.py`): the catalog and the newest cursors in
+three MySQL queries per schema, one GET per table by threads (no LIST: every record is
+read anyway, and a missing one answers 404). A missing primary is "never synced": no
+recovery search (that is the guard's and a run's job). Nothing here imports Dagster or Spark.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from s3rs_assets.config import TableConfig
+from s3rs_assets.errors import SourceSchemaError, WatermarkError
+from s3rs_assets.scan import newest_cursors, read_records
+from s3rs_assets.source import describe_many, server_now
+from s3rs_assets.watermark.record import WatermarkRecord
+from s3rs_assets.watermark.store import WatermarkStore
+
+#: how much more than its configured lag a table may be behind before it counts as behind
+ALLOWED_SLACK = timedelta(hours=1)
+#: states that make `s3rs status` exit 1 (a person should look)
+BAD = ("behind", "failed", "never_synced")
+
+
+@dataclass
+class TableStatus:
+    """One table's line of `s3rs status` (and its `--json` object)."""
+
+    table: str
+    state: str  # ok | behind | failed | never_synced | empty | error
+    newest_mysql: datetime | None = None
+    newest_loaded: datetime | None = None
+    lag_seconds: float | None = None
+    allowed_seconds: float = 0.0
+    last_run: str | None = None
+    last_run_at: datetime | None = None
+    last_result: str | None = None
+    rows_last_day: int = 0
+    needs: str | None = None  # what a person should do, when anything
+
+    def as_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        for k in ("newest_mysql", "newest_loaded", "last_run_at"):
+            out[k] = out[k].isoformat() if out[k] is not None else None
+        return out
+
+    @property
+    def sort_key(self) -> tuple[int, float]:
+        """Most behind first: never synced and failed tables before any lag, empty last."""
+        rank = {"error": 0, "failed": 1, "never_synced": 2}.get(self.state, 3)
+        if self.state == "empty":
+            rank = 4
+        return rank, -(self.lag_seconds or 0.0)
+
+
+def newest_loaded(record: WatermarkRecord) -> datetime | None:
+    """The greatest cursor the warehouse holds according to the record: per partition the
+    load mirror lists, its cursor when every file of it is loaded, else the greatest
+    `cursor_max` of its loaded files."""
+    best: datetime | None = None
+    for key, load in record.loaded_partitions.items():
+        part = record.partitions.get(key)
+        if part is None:
+            continue
+        loaded = set(load.files)
+        if part.cursor is not None and {f.key for f in part.files} <= loaded:
+            c: datetime | None = part.cursor.c
+        else:
+            c = max(
+                (f.cursor_max for f in part.files if f.key in loaded and f.cursor_max), default=None
+            )
+        if c is not None and (best is None or c > best):
+            best = c
+    return best
+
+
+def _last_run(record: WatermarkRecord) -> tuple[str | None, datetime | None, str]:
+    parts = [p for p in record.partitions.values() if p.run_id]
+    run = max(parts, key=lambda p: p.updated_at).run_id if parts else None
+    times = [t for t in (record.last_mysql_extraction_time, record.last_redshift_load_time) if t]
+    return (
+        run,
+        max(times, default=None),
+        (f"extract {record.mysql_status}, load {record.redshift_status}"),
+    )
+
+
+def table_status(
+    cfg: TableConfig,
+    newest: datetime | None,
+    record: WatermarkRecord | None,
+    now_utc: datetime,
+) -> TableStatus:
+    """What one table's figures mean (no I/O: the scan has read them)."""
+    allowed = cfg.lag + ALLOWED_SLACK
+    st = TableStatus(cfg.name, "ok", newest_mysql=newest, allowed_seconds=allowed.total_seconds())
+    if record is None:
+        if newest is None:
+            st.state = "empty"
+        else:
+            st.state, st.needs = "never_synced", f"s3rs sync -t {cfg.name}"
+        return st
+    st.last_run, st.last_run_at, st.last_result = _last_run(record)
+    day_ago = now_utc - timedelta(days=1)
+    st.rows_last_day = sum(
+        ld.rows
+        for ld in record.loaded_partitions.values()
+        if ld.loaded_at.replace(tzinfo=ld.loaded_at.tzinfo or UTC) >= day_ago
+    )
+    st.newest_loaded = newest_loaded(record)
+    if newest is not None:
+        loaded = st.newest_loaded
+        st.lag_seconds = (newest - loaded).total_seconds() if loaded else None
+        if loaded is None or newest - loaded > allowed:
+            st.state = "behind"
+            st.needs = f"s3rs sync -t {cfg.name} (behind more than {allowed})"
+    elif st.newest_loaded is None:
+        st.state = "empty"
+    if "failed" in (record.mysql_status, record.redshift_status):
+        st.state = "failed"
+        st.needs = f"last run failed: {record.last_error or 'no error recorded'}"[:300]
+    return st
+
+
+def fleet_status(
+    tables: Sequence[TableConfig], conn: Any, store: WatermarkStore
+) -> list[TableStatus]:
+    """Every table's status, most behind first (see the module docstring for the costs)."""
+    tables = list(tables)
+    now_utc = datetime.now(UTC)
+    server_now(conn)  # the connection works before anything is read
+    described = describe_many(conn, tables)
+    out: list[TableStatus] = []
+    live = []
+    for cfg in tables:
+        src = described[cfg.name]
+        if isinstance(src, SourceSchemaError):
+            out.append(TableStatus(cfg.name, "error", needs=f"fix tables.yaml or MySQL: {src}"))
+        else:
+            live.append((cfg, src))
+    newest = newest_cursors(conn, [(cfg.name, src, None) for cfg, src in live])
+    records = read_records(store, [cfg.name for cfg, _ in live], None)  # GETs, no LIST
+    for cfg, _ in live:
+        record = records[cfg.name]
+        if isinstance(record, WatermarkError):
+            out.append(
+                TableStatus(
+                    cfg.name,
+                    "failed",
+                    newest_mysql=newest[cfg.name],
+                    needs=f"record unreadable: {record}"[:300],
+                )
+            )
+            continue
+        out.append(table_status(cfg, newest[cfg.name], record, now_utc))
+    return sorted(out, key=lambda s: s.sort_key)
+
+
+def exit_code(statuses: Sequence[TableStatus]) -> int:
+    """0 all fine; 1 a table behind, failed or never synced; 2 a table's configuration
+    (MySQL catalog) is wrong and none is worse (README, exit codes: 1 wins over 2)."""
+    if any(s.state in BAD for s in statuses):
+        return 1
+    return 2 if any(s.state == "error" for s in statuses) else 0
+
+
+def human_lag(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = max(0.0, seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f}{unit}"
+    return f"{seconds:.0f}s"

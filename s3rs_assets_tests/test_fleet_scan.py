@@ -1,0 +1,154 @@
+"""Sensor ticks over many tables cost queries per schema, not per table (issue 18, item 3).
+
+Real MariaDB tables in two schemas, a moto S3 server, a real Dagster instance. MySQL
+queries are counted at pymysql's `Cursor.execute` and S3 requests at botocore's
+`_make_api_call`: count, don't time.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+
+import botocore.client
+import dagster as dg
+import pymysql
+import pytest
+
+from s3rs_assets.io_manager import store_for
+from s3rs_assets.names import NEW_DATA, TABLE_TAG, WATERMARK_GUARD
+from s3rs_assets_tests.conftest import _mysql_root
+from s3rs_assets_tests.helpers import insert_rows, make_ties_table, table_cfg, ties
+from s3rs_assets_tests.test_sensors import Sensors, res_for, write_record
+
+D = datetime(2025, 3, 4)
+
+
+class Calls:
+    """MySQL statements and S3 requests made while `counting` (any connection, any client)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.on = False
+        self.sql: list[str] = []
+        self.s3: Counter[str] = Counter()
+        execute = pymysql.cursors.Cursor.execute
+        api_call = botocore.client.BaseClient._make_api_call
+
+        def counted_execute(cur, query, args=None):
+            if self.on:
+                self.sql.append(query)
+            return execute(cur, query, args)
+
+        def counted_call(client, operation, params):
+            if self.on:
+                self.s3[operation] += 1
+            return api_call(client, operation, params)
+
+        monkeypatch.setattr(pymysql.cursors.Cursor, "execute", counted_execute)
+        monkeypatch.setattr(botocore.client.BaseClient, "_make_api_call", counted_call)
+
+    def run(self, fn):
+        self.sql, self.s3, self.on = [], Counter(), True
+        try:
+            return fn()
+        finally:
+            self.on = False
+
+
+@pytest.fixture
+def second_schema(mysql_db: str) -> Iterator[str]:
+    name = f"{mysql_db}_b"
+    with _mysql_root() as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE IF NOT EXISTS `{name}`")
+    yield name
+    with _mysql_root() as conn, conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+
+
+def make_fleet(schemas: list[str], n: int, store) -> list:
+    """`n` tables over `schemas`, each synced up to its last row (a partial 2025-03-04),
+    and one empty, never-synced table per schema."""
+    tag = uuid.uuid4().hex[:4]
+    cfgs = []
+    for i in range(n):
+        schema = schemas[i % len(schemas)]
+        with _mysql_root(schema) as conn:
+            name = f"fl_{tag}_{i}"
+            make_ties_table(conn, name, ties(6, D, 2))
+            cfg = table_cfg(schema, name, start="2025-03-04")
+            write_record(store, cfg, conn, partial=["2025-03-04"])
+        cfgs.append(cfg)
+    for schema in schemas:
+        with _mysql_root(schema) as conn:
+            make_ties_table(conn, f"fl_{tag}_empty", [])
+        cfgs.append(table_cfg(schema, f"fl_{tag}_empty", start="2025-03-04"))
+    return cfgs
+
+
+def steady_tick(calls: Calls, cfgs, mysql_url, s3_resource) -> tuple[list[str], Counter]:
+    with dg.instance_for_test() as instance:
+        s = Sensors(cfgs, instance, res_for(mysql_url, s3_resource))
+        first = calls.run(lambda: s.tick(NEW_DATA))
+        assert not first.run_requests, first.skip_message
+        # records are read once per table on the first tick, and only for tables with rows
+        assert calls.s3["GetObject"] == len(cfgs) - 2
+        tick = calls.run(lambda: s.tick(NEW_DATA))
+        assert not tick.run_requests
+        assert "[2 empty below the bound]" in tick.skip_message
+        return calls.sql, calls.s3
+
+
+def test_a_tick_costs_the_same_for_5_and_40_tables(
+    monkeypatch, mysql_db, second_schema, mysql_url, s3_resource
+):
+    calls = Calls(monkeypatch)
+    store = store_for(s3_resource)
+    schemas = [mysql_db, second_schema]
+    small_sql, small_s3 = steady_tick(calls, make_fleet(schemas, 5, store), mysql_url, s3_resource)
+    big_sql, big_s3 = steady_tick(calls, make_fleet(schemas, 40, store), mysql_url, s3_resource)
+
+    assert len(big_sql) == len(small_sql), (small_sql, big_sql)
+    # catalog 2 + newest 1 + regions 1 per schema, and the safety bound's clock and blockers
+    assert len(big_sql) <= 4 * len(schemas) + 4
+    # unchanged records are known by their ETag: one LIST, no GET
+    assert big_s3 == small_s3 == Counter({"ListObjectsV2": 1})
+
+
+def test_one_changed_table_among_many_is_the_one_requested(
+    monkeypatch, mysql_db, second_schema, mysql_url, s3_resource
+):
+    calls = Calls(monkeypatch)
+    store = store_for(s3_resource)
+    cfgs = make_fleet([mysql_db, second_schema], 30, store)
+    changed = cfgs[17]
+    with dg.instance_for_test() as instance:
+        s = Sensors(cfgs, instance, res_for(mysql_url, s3_resource))
+        s.tick(NEW_DATA)
+        quiet = calls.run(lambda: s.tick(NEW_DATA))
+        baseline = len(calls.sql)
+        assert not quiet.run_requests
+        with _mysql_root(changed.schema) as conn:
+            insert_rows(conn, changed.table, [(900, D + timedelta(hours=20))])
+
+        tick = calls.run(lambda: s.tick(NEW_DATA))
+
+        (req,) = tick.run_requests
+        assert req.tags[TABLE_TAG] == changed.name
+        assert req.run_key.startswith(f"{changed.name}:2025-03-04:")
+        # the changed table's own probes (first row, newest row) on top of the quiet tick
+        assert len(calls.sql) <= baseline + 3
+
+
+def test_guard_reads_every_record_once(
+    monkeypatch, mysql_db, second_schema, mysql_url, s3_resource
+):
+    calls = Calls(monkeypatch)
+    store = store_for(s3_resource)
+    cfgs = make_fleet([mysql_db, second_schema], 20, store)
+    with dg.instance_for_test() as instance:
+        s = Sensors(cfgs, instance, res_for(mysql_url, s3_resource))
+        tick = calls.run(lambda: s.tick(WATERMARK_GUARD))
+    assert "20 valid, 2 never synced" in tick.skip_message
+    assert calls.s3["GetObject"] <= 20 + 2 * 4  # never-synced tables search their copies
