@@ -13,6 +13,8 @@ Suites (one module each; the shared timing, table and JSON code is in harness.py
   table; first and unchanged re-sync per table, watermark record bytes (issue 8);
 * reconcile: `s3rs reconcile` vs `count(*)` and reladiff, identical and with injected
   differences (issue 10);
+* fleet: definitions load for 10/500/2,000 tables, `sync -t` start-up with 10 and 2,000
+  tables configured, 200 small real tables in 5 schemas with `--parallel 4` (issue 18);
 * fleet_scan: a new_data and a guard sensor tick and `s3rs status` over --scan-tables
   (2,000) small tables in --scan-schemas (5) schemas (issue 18).
 
@@ -31,7 +33,14 @@ import warnings
 from contextlib import suppress
 from pathlib import Path
 
-from benchmarks import suite_core, suite_decimal, suite_fleet_scan, suite_reconcile, suite_shape
+from benchmarks import (
+    suite_core,
+    suite_decimal,
+    suite_fleet,
+    suite_fleet_scan,
+    suite_reconcile,
+    suite_shape,
+)
 from benchmarks.context import Ctx
 from benchmarks.harness import machine_info, print_report, say, uptime, write_json
 from benchmarks.memory import MemSampler
@@ -42,6 +51,7 @@ SUITES = {
     "decimal": suite_decimal.run,
     "shape": suite_shape.run,
     "reconcile": suite_reconcile.run,
+    "fleet": suite_fleet.run,
     "fleet_scan": suite_fleet_scan.run,
 }
 STAGES = ("backup", "load", "e2e")
@@ -52,8 +62,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         prog="python -m benchmarks.run", description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    ap.add_argument("--suite", default="core", help="core, decimal, shape, reconcile, all, or "
-                    "a comma-separated list (default core)")
+    ap.add_argument("--suite", default="core", help="core, decimal, shape, reconcile, fleet, "
+                    "all, or a comma-separated list (default core)")
     ap.add_argument("--rows", type=int, default=1_000_000, help="main table size (default 1M)")
     ap.add_argument("--chunk-rows", type=int, default=100_000, help="s3rs chunk_rows")
     ap.add_argument("--parallelism", type=int, default=2, help="s3rs parallelism (sub-ranges)")
@@ -84,6 +94,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     more.add_argument("--differences", type=int, default=100,
                       help="reconcile: differences injected (40%% deleted, 30%% edited, "
                       "20%% inserted with an old cursor, 10%% cursor moved back)")
+    fleet = ap.add_argument_group("fleet")
+    fleet.add_argument("--fleet-sizes", default="10,500,2000",
+                       help="table counts whose definitions load is timed")
+    fleet.add_argument("--fleet-tables", type=int, default=2000,
+                       help="tables configured for the `sync -t` start-up (against 10)")
+    fleet.add_argument("--fleet-real", type=int, default=200,
+                       help="real small tables synced with --parallel (0: skip)")
+    fleet.add_argument("--fleet-parallel", type=int, default=4)
+    fleet.add_argument("--no-fleet-load", dest="fleet_load", action="store_false",
+                       help="skip the definitions load timings")
     scan = ap.add_argument_group("fleet_scan")
     scan.add_argument("--scan-tables", type=int, default=2000, help="tables (default 2000)")
     scan.add_argument("--scan-schemas", type=int, default=5, help="MySQL schemas (default 5)")
@@ -100,6 +120,10 @@ def check_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> argpars
     if not stages or stages - set(STAGES):
         ap.error(f"--stages takes a subset of {','.join(STAGES)}, got {args.stages!r}")
     args.stage_set = stages
+    try:
+        args.fleet_sizes = [int(n) for n in str(args.fleet_sizes).split(",") if n.strip()]
+    except ValueError:
+        ap.error(f"--fleet-sizes takes comma-separated counts, got {args.fleet_sizes!r}")
     if min(args.rows, args.chunk_rows, args.parallelism, args.increment) < 1:
         ap.error("--rows, --chunk-rows, --parallelism and --increment must be positive")
     return args

@@ -31,6 +31,7 @@ from s3rs_assets.names import (
     job_name,
     kinds,
     pool_name,
+    shared_signature,
 )
 from s3rs_assets.partitions import partitions_def, window
 from s3rs_assets.resources import MySQLResource, S3Resource, SparkResource
@@ -58,6 +59,11 @@ class BackupConfig(dg.Config):
     """Run configuration of `s3_parquet` (what `s3rs sync --limit` sets)."""
 
     limit: int | None = None
+
+
+#: Built once from the class: given as `config_schema`, rather than a `config: BackupConfig`
+#: parameter from which Dagster infers the schema anew for every table's op.
+BACKUP_CONFIG_SCHEMA = BackupConfig.to_config_schema()
 
 
 def _inspect_source(
@@ -204,19 +210,21 @@ def build_table_assets(table: TableConfig) -> list[dg.AssetsDefinition]:
         pool=pool_name(table),
         retry_policy=RETRY_POLICY,
         op_tags=tags,
+        config_schema=BACKUP_CONFIG_SCHEMA,
         metadata={TABLE_METADATA_KEY: table.name},
         description=(
             f"MySQL `{table.name}` copied incrementally to S3 parquet, keyed on "
             f"({table.cursor}, primary key), partitioned {table.partition}."
         ),
     )
+    @shared_signature
     def s3_parquet(
         context: dg.AssetExecutionContext,
-        config: BackupConfig,
         mysql: MySQLResource,
         s3: S3Resource,
         spark: SparkResource,
     ) -> BackupOutput:
+        config = BackupConfig(**(context.op_config or {}))
         with dagster_step():
             out = run_backup(context, table, mysql, s3, spark, config.limit)
         publish(context, out, preview(store_for(s3, context.run_id), out))

@@ -49,7 +49,6 @@ from s3rs_assets.warehouse import WarehouseResource
 from s3rs_assets.work import SyncPlan
 
 JOB_NAME = "s3rs_catchup"
-DEFINITIONS_MODULE = "s3rs_assets.definitions"
 
 
 @dataclass
@@ -234,14 +233,6 @@ def catchup_job() -> None:
     catch_up()
 
 
-def resolved_job() -> dg.JobDefinition:
-    """The job as the definitions bind it, for `dg.build_reconstructable_job`."""
-    import importlib
-
-    defs = importlib.import_module(DEFINITIONS_MODULE).defs
-    return defs.resolve_job_def(JOB_NAME)
-
-
 def execute_catchup(
     plan: SyncPlan,
     inst: dg.DagsterInstance,
@@ -251,7 +242,9 @@ def execute_catchup(
 ) -> Any:
     """Run a catch-up plan in this process, recorded in `inst` like the asset runs."""
     recon = dg.build_reconstructable_job(
-        "s3rs_assets.catchup", "resolved_job", reconstructor_working_directory=os.getcwd()
+        # the job alone with its resources (table_job.py), not the whole code location: a
+        # catch-up's fixed cost does not grow with the fleet
+        "s3rs_assets.table_job", "catchup_job", reconstructor_working_directory=os.getcwd()
     )
     op_config: dict[str, Any] = {
         "table": plan.table.name,

@@ -37,8 +37,10 @@ from s3rs_assets.names import (
     CHECK_NAME,
     RECONCILE_CHECK_NAME,
     asset_key,
-    group_name,
+    per_table_jobs,
     pool_name,
+    shared_signature,
+    table_slug,
 )
 from s3rs_assets.partitions import partitions_def, window
 from s3rs_assets.reconcile.diff import KINDS
@@ -175,6 +177,7 @@ def build_checks(table: TableConfig) -> list[dg.AssetChecksDefinition]:
             "MySQL's, over what the backup copied (a partial partition up to its cursor)."
         ),
     )
+    @shared_signature
     def matches_mysql(
         context: dg.AssetCheckExecutionContext,
         mysql: MySQLResource,
@@ -210,6 +213,7 @@ def build_checks(table: TableConfig) -> list[dg.AssetChecksDefinition]:
             "window is listed; an older partial partition is a warning."
         ),
     )
+    @shared_signature
     def backup_complete(
         context: dg.AssetCheckExecutionContext, s3: S3Resource
     ) -> dg.AssetCheckResult:
@@ -263,6 +267,10 @@ class ReconcileCheckConfig(dg.Config):
     threshold: int = Field(default=256, description="Rows per range before rows are fetched.")
 
 
+#: Built once (see assets.BACKUP_CONFIG_SCHEMA).
+RECONCILE_CONFIG_SCHEMA = ReconcileCheckConfig.to_config_schema()
+
+
 def reconcile_check_key(table: TableConfig) -> dg.AssetCheckKey:
     return dg.AssetCheckKey(asset_key(table, "redshift_table"), RECONCILE_CHECK_NAME)
 
@@ -274,19 +282,21 @@ def build_reconcile_check(table: TableConfig) -> dg.AssetChecksDefinition:
         asset=asset_key(table, "redshift_table"),
         name=RECONCILE_CHECK_NAME,
         pool=pool_name(table),
+        config_schema=RECONCILE_CONFIG_SCHEMA,
         description=(
             f"MySQL `{table.name}` and the warehouse compared by primary key (rows below the "
             "safety bound or with a NULL cursor): rows missing in the warehouse, rows "
             "deleted in MySQL, rows whose content differs. Runs `s3rs reconcile`."
         ),
     )
+    @shared_signature
     def reconciled(
         context: dg.AssetCheckExecutionContext,
-        config: ReconcileCheckConfig,
         mysql: MySQLResource,
         s3: S3Resource,
         warehouse: WarehouseResource,
     ) -> dg.AssetCheckResult:
+        config = ReconcileCheckConfig(**(context.op_execution_context.op_config or {}))
         store = store_for(s3, context.run.run_id, context.instance)
         options = ReconcileOptions(
             columns=config.columns, apply=config.apply, threshold=config.threshold
@@ -323,13 +333,28 @@ def build_reconcile_check(table: TableConfig) -> dg.AssetChecksDefinition:
 
 
 def reconcile_job_name(table: TableConfig) -> str:
-    return f"{group_name(table)}__reconcile"
+    return f"{table_slug(table)}__reconcile"
+
+
+RECONCILE_ALL_SCHEDULE = "s3rs_reconcile_all_schedule"
 
 
 def build_reconcile_schedules(
     tables: list[TableConfig], cron: str = DEFAULT_CRON
 ) -> list[dg.ScheduleDefinition]:
-    """One schedule per table running its `reconciled` check alone; STOPPED by default."""
+    """One schedule per table running its `reconciled` check alone; STOPPED by default.
+    Past `names.per_table_jobs`, one schedule running every table's `reconciled` check on
+    the implicit asset job instead (per-table jobs would cost N^2 to resolve)."""
+    if not per_table_jobs(len(tables)):
+        return [
+            dg.ScheduleDefinition(
+                name=RECONCILE_ALL_SCHEDULE,
+                target=dg.AssetSelection.checks(*(reconcile_check_key(t) for t in tables)),
+                cron_schedule=cron,
+                default_status=dg.DefaultScheduleStatus.STOPPED,
+                description=f"Reconcile all {len(tables)} tables (off until turned on).",
+            )
+        ]
     out = []
     for table in tables:
         job = dg.define_asset_job(
@@ -339,7 +364,7 @@ def build_reconcile_schedules(
         )
         out.append(
             dg.ScheduleDefinition(
-                name=f"{group_name(table)}__reconcile_schedule",
+                name=f"{table_slug(table)}__reconcile_schedule",
                 job=job,
                 cron_schedule=cron,
                 default_status=dg.DefaultScheduleStatus.STOPPED,

@@ -1,4 +1,10 @@
-"""The Definitions object, built from the table list (S3RS_TABLES, default tables.yaml)."""
+"""The Definitions object, built from the table list (S3RS_TABLES, default tables.yaml).
+
+Up to `names.per_table_jobs` tables, one `<schema>__<table>__sync` job per table; past it
+none (each job is resolved against the whole asset graph: N jobs cost N^2), and the
+sensors launch runs with an asset selection on Dagster's implicit asset job. A CLI run
+reconstructs its table alone (table_job.py).
+"""
 
 from __future__ import annotations
 
@@ -10,13 +16,16 @@ from s3rs_assets.checks import build_reconcile_schedules
 from s3rs_assets.config import load_tables
 from s3rs_assets.env_resources import resources_from_env
 from s3rs_assets.freshness import build_freshness_checks
-from s3rs_assets.names import job_name
+from s3rs_assets.names import per_table_jobs
 from s3rs_assets.sensors import build_sensors
+from s3rs_assets.table_job import sync_job, table_definitions
+
+__all__ = ["build_definitions", "defs", "sync_job", "table_definitions"]
 
 
 def build_definitions() -> dg.Definitions:
     tables = load_tables()
-    jobs = [build_sync_job(t) for t in tables]
+    jobs = [build_sync_job(t) for t in tables] if per_table_jobs(len(tables)) else []
     return dg.Definitions(
         assets=[a for t in tables for a in build_table_assets(t)],
         asset_checks=build_freshness_checks(tables),  # `caught_up`: lag per table, one op
@@ -30,9 +39,3 @@ def build_definitions() -> dg.Definitions:
 
 
 defs = build_definitions()
-
-
-def sync_job(table: str) -> dg.JobDefinition:
-    """The resolved `<schema>__<table>__sync` job, for `dg.build_reconstructable_job`."""
-    return defs.resolve_job_def(job_name(table))
-

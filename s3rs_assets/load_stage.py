@@ -25,6 +25,7 @@ from s3rs_assets.names import (
     group_name,
     kinds,
     pool_name,
+    shared_signature,
 )
 from s3rs_assets.resources import MySQLResource, S3Resource
 from s3rs_assets.retry import Retries
@@ -151,6 +152,7 @@ def build_redshift_asset(
             f"key from the parquet files of `{table.name}` (exactly once, via the load ledger)."
         ),
     )
+    @shared_signature  # computed once, not per table (names.shared_signature)
     def redshift_table(
         context: dg.AssetExecutionContext,
         files: dict,

@@ -49,34 +49,44 @@ def first_window_start(table: TableConfig) -> datetime:
     return day
 
 
-@functools.lru_cache(maxsize=256)
-def _cached(table: TableConfig, tz: str) -> dg.TimeWindowPartitionsDefinition:
+@functools.lru_cache(maxsize=1024)
+def _shared(partition: str, start: datetime, tz: str) -> dg.TimeWindowPartitionsDefinition:
+    """One definition object per shape (size, first window, zone), shared by every table of
+    that shape: a fleet of 2,000 daily tables starting on a few dates holds a few objects,
+    and Dagster compares and serializes each distinct one once."""
     import dagster as dg  # here: reading commands use time_windows() and skip Dagster
 
-    start = first_window_start(table)
     # end_offset=1 adds the window that is still open, so today's rows are synced today.
-    if table.partition == "hourly":
+    if partition == "hourly":
         return dg.HourlyPartitionsDefinition(start_date=start, end_offset=1, timezone=tz)
-    if table.partition == "weekly":
+    if partition == "weekly":
         return dg.WeeklyPartitionsDefinition(
             start_date=start, end_offset=1, timezone=tz, day_offset=1
         )
-    if table.partition == "monthly":
+    if partition == "monthly":
         return dg.MonthlyPartitionsDefinition(start_date=start, end_offset=1, timezone=tz)
     return dg.DailyPartitionsDefinition(start_date=start, end_offset=1, timezone=tz)
 
 
+def _cached(table: TableConfig, tz: str) -> dg.TimeWindowPartitionsDefinition:
+    return _shared(table.partition, first_window_start(table), tz)
+
+
 def partitions_def(table: TableConfig) -> dg.TimeWindowPartitionsDefinition:
-    """The table's partitions (one definition object per table and time zone)."""
+    """The table's partitions (one definition object per shape and time zone)."""
     return _cached(table, source_timezone())
 
 
-@functools.lru_cache(maxsize=256)
-def _plain(table: TableConfig, tz: str) -> Any:
+@functools.lru_cache(maxsize=1024)
+def _plain_shape(partition: str, start: datetime, tz: str) -> Any:
     try:
-        return PlainPartitions(table.partition, first_window_start(table), tz)
+        return PlainPartitions(partition, start, tz)
     except Irregular:
-        return _cached(table, tz)
+        return _shared(partition, start, tz)
+
+
+def _plain(table: TableConfig, tz: str) -> Any:
+    return _plain_shape(table.partition, first_window_start(table), tz)
 
 
 def time_windows(table: TableConfig) -> Any:

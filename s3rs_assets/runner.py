@@ -1,8 +1,9 @@
 """Launching syncs through Dagster from Python (the CLI, the demo, tests). What to launch
 is decided in `work.py`.
 
-Runs go through `execute_job` on the job reconstructed from `s3rs_assets.definitions`, in
-this process: they are recorded in the Dagster instance (so they show in the UI with their
+Runs go through `execute_job` on the job reconstructed from `s3rs_assets.table_job` (the
+run's table alone: its start-up does not grow with the fleet), in this process: they are
+recorded in the Dagster instance (so they show in the UI with their
 metadata), and several tables synced by one command share one SparkSession.
 """
 
@@ -22,7 +23,7 @@ from s3rs_assets.names import (
 from s3rs_assets.partitions import partitions_def
 from s3rs_assets.work import SyncPlan
 
-DEFINITIONS_MODULE = "s3rs_assets.definitions"
+DEFINITIONS_MODULE = "s3rs_assets.table_job"
 # One planned-materialization event per asset for a range run, not one per partition: a run
 # over 1,000 partitions then costs ~50 s less on SQLite (Dagster's own switch; the UI's
 # webserver and the daemon need it in their environment too: scripts/env.sh sets it).
