@@ -15,7 +15,7 @@ from s3rs_assets.catchup import catchup_job
 from s3rs_assets.checks import build_reconcile_schedules
 from s3rs_assets.config import load_tables
 from s3rs_assets.env_resources import resources_from_env
-from s3rs_assets.freshness import build_freshness_checks
+from s3rs_assets.freshness import build_freshness_checks, build_freshness_schedule
 from s3rs_assets.names import per_table_jobs
 from s3rs_assets.sensors import build_sensors
 from s3rs_assets.table_job import sync_job, table_definitions
@@ -31,7 +31,7 @@ def build_definitions() -> dg.Definitions:
         asset_checks=build_freshness_checks(tables),  # `caught_up`: lag per table, one op
         jobs=[*jobs, catchup_job],
         sensors=build_sensors(tables, jobs),
-        schedules=build_reconcile_schedules(tables),
+        schedules=[*build_reconcile_schedules(tables), *build_freshness_schedule(tables)],
         resources=resources_from_env(),
         # Every step of a run in one process: one SparkSession per run, not per step.
         executor=dg.in_process_executor,

@@ -81,9 +81,19 @@ def build_freshness_checks(tables: Sequence[TableConfig]) -> list[dg.AssetChecks
 
 def build_freshness_schedule(
     tables: Sequence[TableConfig], cron: str = "*/15 * * * *"
-) -> dg.ScheduleDefinition:
-    """Every table's `caught_up` check on a schedule (one run, one op)."""
+) -> list[dg.ScheduleDefinition]:
+    """Every table's `caught_up` check on a schedule (one run, one op); stopped until a
+    person turns it on in the UI (Automation), like the reconcile schedules."""
+    if not tables:
+        return []
     job = dg.define_asset_job(
-        CHECKS_OP, selection=dg.AssetSelection.checks(*freshness_check_keys(tables))
+        f"{CHECKS_OP}_job", selection=dg.AssetSelection.checks(*freshness_check_keys(tables))
     )
-    return dg.ScheduleDefinition(name=f"{CHECKS_OP}_schedule", job=job, cron_schedule=cron)
+    return [
+        dg.ScheduleDefinition(
+            name=f"{CHECKS_OP}_schedule",
+            job=job,
+            cron_schedule=cron,
+            default_status=dg.DefaultScheduleStatus.STOPPED,
+        )
+    ]

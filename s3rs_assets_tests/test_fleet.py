@@ -106,7 +106,9 @@ def test_past_the_threshold_no_job_grows_with_the_fleet(tmp_path, monkeypatch, c
         resolved.append(counts["resolutions"])
         assert ASSET_JOB in names
         assert not any(name.endswith("__sync") for name in names)
-        assert [s.name for s in repo.schedule_defs] == [RECONCILE_ALL_SCHEDULE]
+        # one reconcile schedule for the fleet, and the `caught_up` checks' schedule
+        assert sorted(s.name for s in repo.schedule_defs) == sorted(
+            [RECONCILE_ALL_SCHEDULE, "s3rs_caught_up_schedule"])
         assert len(repo.assets_defs_by_key) == 2 * n
         # the UI's groups: one per MySQL schema, not one per table
         groups = {a.group_names_by_key[k] for k, a in repo.assets_defs_by_key.items()}
@@ -118,7 +120,7 @@ def test_under_the_threshold_each_table_keeps_its_sync_job(tmp_path, monkeypatch
     repo = _location(tmp_path, monkeypatch, 3)
     names = {j.name for j in repo.get_all_jobs()}
     assert {job_name(f"fleet_s{i}.t{i:04d}") for i in range(3)} <= names
-    assert len(repo.schedule_defs) == 3
+    assert len(repo.schedule_defs) == 3 + 1  # a reconcile schedule per table, caught_up
 
 
 def test_tables_sharing_a_shape_share_their_partitions(tmp_path, monkeypatch):

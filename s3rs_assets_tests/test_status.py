@@ -184,7 +184,7 @@ def test_caught_up_check_warns_for_the_tables_behind(fleet, mysql_url, s3_resour
     tables = list(cfgs.values())
     checks = build_freshness_checks(tables)
     assert len(checks) == 1  # one op for every table
-    schedule = build_freshness_schedule(tables)
+    (schedule,) = build_freshness_schedule(tables)
     defs = dg.Definitions(
         assets=[a for c in tables for a in stand_in_assets(c)],
         asset_checks=checks,
