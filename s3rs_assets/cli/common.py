@@ -67,9 +67,10 @@ def _s3_checked(s3: Any = None) -> Any:
         client.head_bucket(Bucket=s3.bucket)
     except ClientError as e:
         status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-        why = {404: "no such bucket (S3RS_S3_BUCKET)",
-               403: "access denied (AWS credentials, or the bucket's policy)"}.get(
-            status, f"{e.response.get('Error', {}).get('Code', '')} {e}".strip())
+        why = {
+            404: "no such bucket (S3RS_S3_BUCKET)",
+            403: "access denied (AWS credentials, or the bucket's policy)",
+        }.get(status, f"{e.response.get('Error', {}).get('Code', '')} {e}".strip())
         raise ConfigError(f"cannot use {where}: {why}") from None
     except BotoCoreError as e:
         raise ConfigError(f"cannot reach {where}: {e} (AWS_ENDPOINT_URL_S3?)") from None
