@@ -126,9 +126,9 @@ def read_records(
 
     Read by `threads(store.client)` threads. A table with no primary in `etags` is None
     without a read, unless `search_missing` (then the store's read-only recovery answers,
-    as a run would start from it). With `etags` None every primary is fetched directly, without a LIST
-    (a one-off look: `s3rs status`); a missing one is None, an invalid one its error (no
-    recovery search: restoring is the guard's job)."""
+    as a run would start from it). With `etags` None every primary is fetched directly,
+    without a LIST (a one-off look: `s3rs status`); a missing one is None, an invalid one
+    its error (no recovery search: restoring is the guard's job)."""
 
     def direct(name: str) -> WatermarkRecord | None | WatermarkError:
         got = store._get(store.layout.watermark_primary(name))
