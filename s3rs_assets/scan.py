@@ -8,10 +8,10 @@ query or an S3 GET per table per look is minutes, not seconds (issue 18). So:
   chunked at CHUNK tables a statement), index-only when the cursor is indexed;
 * which tables have a primary watermark is one LIST (a page per 1,000 tables), so a
   missing record is "never synced" without a recovery search (`primary_etags`);
-* records are read by up to WORKERS threads (`read_records`), as many as the S3 client's
-  connection pool holds (botocore's default is 10; `connections.S3Connector` builds its
-  client with a pool of WORKERS, so `s3rs status` reads with 32): more threads than
-  connections would open and drop a connection per read. A long-lived process (the
+* records are read by as many threads as the S3 client's connection pool holds
+  (`threads`: botocore's default is 10; `connections.S3Connector` builds its client with
+  a pool of S3_POOL = 32, so `s3rs status` reads with 32): more threads than connections
+  would open and drop a connection per read. A long-lived process (the
   sensors' code server) keeps each record with its ETag: a record that did not change
   since the last tick is not read again (`RecordCache`).
 
@@ -35,9 +35,10 @@ from s3rs_assets.watermark.record import Position, WatermarkRecord
 from s3rs_assets.watermark.store import WatermarkStore
 
 CHUNK = 500  # tables in one UNION ALL statement
-WORKERS = S3_POOL  # concurrent S3 reads of records, at most the client's connection pool
-#: botocore's connection pool when the client's Config does not say
+#: botocore's connection pool when the client's Config does not say (dagster-aws's client)
 BOTOCORE_POOL = 10
+#: concurrent S3 reads for a caller that does not size them by its client (`threads`)
+WORKERS = BOTOCORE_POOL
 
 
 def _as_datetime(value: Any) -> datetime | None:
@@ -107,10 +108,11 @@ class RecordCache:
 
 
 def threads(client: Any) -> int:
-    """Threads for concurrent reads through `client`: WORKERS, at most its pool."""
+    """Threads for concurrent reads through `client`: as many as its connection pool holds,
+    at most S3_POOL (more threads than connections would open and drop one per read)."""
     config = getattr(getattr(client, "meta", None), "config", None)
     pool = getattr(config, "max_pool_connections", None) or BOTOCORE_POOL
-    return max(1, min(WORKERS, pool))
+    return max(1, min(S3_POOL, pool))
 
 
 def read_records(
