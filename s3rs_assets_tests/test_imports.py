@@ -256,3 +256,19 @@ def test_plain_windows_are_dagsters_or_refuse(tz):
     if tz in ("UTC", "America/New_York", "Europe/London"):  # the common zones are covered
         PlainPartitions("hourly", SIZES["hourly"], tz)
         PlainPartitions("daily", SIZES["daily"], tz)
+
+
+def test_the_commands_s3_client_reads_with_as_many_threads_as_connections(moto_endpoint):
+    """`s3rs status` reads records through S3Connector's client: its pool holds S3_POOL
+    connections and read_records uses that many threads; a client with botocore's default
+    pool (dagster-aws's) gets no more threads than its 10 connections."""
+    import botocore.session
+
+    from s3rs_assets.connections import S3_POOL, S3Connector
+    from s3rs_assets.scan import BOTOCORE_POOL, threads
+
+    client = S3Connector(bucket="unused").client()
+    assert client.meta.config.max_pool_connections == S3_POOL == threads(client) == 32
+    assert client.meta.config.retries["total_max_attempts"] == 6  # 5 retries, standard mode
+    plain = botocore.session.Session().create_client("s3")
+    assert threads(plain) == BOTOCORE_POOL == 10
