@@ -9,6 +9,12 @@ is in one place. Commands that need neither Dagster nor Spark (`s3rs reconcile`)
 these directly from the environment (`*_from_env`): importing Dagster, dagster-aws and
 dagster-pyspark (with pyspark) was most of such a command's start-up.
 
+Start-up (issue 19, "small operations instant"): pymysql (with cryptography, ~50 modules)
+is imported where a MySQL connection is opened, not here, so `s3rs watermark get` never
+loads it; the S3 client is botocore's own, without boto3 and s3transfer (~45 modules s3rs
+does not use: no managed transfers), and its connection pool holds S3_POOL connections so
+`s3rs status` reads records with that many threads (scan.read_records).
+
 Secrets: the URLs' passwords never leave `DatabaseURL`; errors show `redacted()`, and
 driver messages are scrubbed of the password before they are re-raised.
 """
@@ -19,17 +25,17 @@ import os
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import parse_qs, urlsplit
-
-import pymysql
 
 from s3rs_assets.clock import PIN_SQL
 from s3rs_assets.config import DatabaseURL
 from s3rs_assets.errors import ConfigError
 from s3rs_assets.layout import Layout
-from s3rs_assets.retry import is_transient, sqlstate
 from s3rs_assets.ssh import PASSPHRASE_ENV, SSHSettings, tunnel_for
+
+if TYPE_CHECKING:
+    import pymysql
 
 Dialect = Literal["postgres", "redshift"]
 
@@ -39,6 +45,9 @@ _SSLMODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full"
 UNIQUE_VIOLATION = "23505"
 #: botocore's attempts per S3 call (standard mode), as dagster-aws's S3Resource default
 S3_MAX_ATTEMPTS = 5
+#: connections an S3 client keeps open (botocore's default is 10): scan.read_records reads
+#: watermark records with as many threads
+S3_POOL = 32
 
 
 @dataclass
@@ -83,6 +92,8 @@ class MySQLConnector:
         return "127.0.0.1", tunnel.local_port
 
     def connect(self) -> pymysql.connections.Connection:
+        import pymysql  # here, not at the top: commands that never open MySQL skip it
+
         p = self.parsed
         via = ""
         for attempt in (1, 2):
@@ -216,20 +227,45 @@ class S3Connector:
     _client: Any = field(default=None, repr=False)
 
     def client(self) -> Any:
-        """One boto3 client (clients are thread-safe), botocore standard-mode retries."""
+        """One S3 client (clients are thread-safe), botocore standard-mode retries, a pool
+        of S3_POOL connections. botocore's, not boto3's: the same client and credential
+        chain without boto3's managed transfers, which s3rs does not use (put_object and
+        get_object only), and ~45 fewer modules to import."""
         if self._client is None:
-            import boto3
             from botocore.config import Config
 
-            self._client = boto3.session.Session().client(
+            self._client = _s3_session().create_client(
                 "s3",
-                config=Config(retries={"max_attempts": S3_MAX_ATTEMPTS, "mode": "standard"}),
+                config=Config(
+                    retries={"max_attempts": S3_MAX_ATTEMPTS, "mode": "standard"},
+                    max_pool_connections=S3_POOL,
+                ),
             )
         return self._client
 
     @property
     def layout(self) -> Layout:
         return Layout(self.prefix)
+
+
+def _s3_session() -> Any:
+    """A botocore session for S3 clients only. Its loader answers "which services exist"
+    with S3 alone: botocore asks before loading each model (the service and its endpoint
+    rules), and its own answer walks ~400 service directories per model type, ~20 ms of
+    the ~350 ms CPU a `watermark get` takes. The models themselves are botocore's."""
+    import botocore.session
+    from botocore.loaders import Loader
+
+    class _S3Loader(Loader):
+        def list_available_services(self, type_name: str) -> list[str]:
+            return ["s3"]
+
+    session = botocore.session.Session()
+    data_path = session.get_config_variable("data_path")
+    # botocore.loaders.create_loader's reading of AWS_DATA_PATH
+    extra = [os.path.expanduser(os.path.expandvars(p)) for p in (data_path or "").split(os.pathsep)]
+    session.register_component("data_loader", _S3Loader(extra_search_paths=[p for p in extra if p]))
+    return session
 
 
 def mysql_from_env() -> MySQLConnector:
@@ -328,6 +364,8 @@ class WarehouseConnection:
 def is_retryable(exc: BaseException) -> bool:
     """True for errors after which rerunning the whole load transaction is the right move:
     the transient ones (retry.kind) and a racing loader's unique violation on the ledger."""
+    from s3rs_assets.retry import is_transient, sqlstate  # retry imports pymysql
+
     return is_transient(exc) or sqlstate(exc) == UNIQUE_VIOLATION
 
 

@@ -8,7 +8,10 @@ query or an S3 GET per table per look is minutes, not seconds (issue 18). So:
   chunked at CHUNK tables a statement), index-only when the cursor is indexed;
 * which tables have a primary watermark is one LIST (a page per 1,000 tables), so a
   missing record is "never synced" without a recovery search (`primary_etags`);
-* records are read by WORKERS threads (`read_records`), and a long-lived process (the
+* records are read by as many threads as the S3 client's connection pool holds
+  (`threads`: botocore's default is 10; `connections.S3Connector` builds its client with
+  a pool of S3_POOL = 32, so `s3rs status` reads with 32): more threads than connections
+  would open and drop a connection per read. A long-lived process (the
   sensors' code server) keeps each record with its ETag: a record that did not change
   since the last tick is not read again (`RecordCache`).
 
@@ -23,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import date, datetime
 from typing import Any
 
+from s3rs_assets.connections import S3_POOL
 from s3rs_assets.cursor import after, below
 from s3rs_assets.errors import WatermarkError
 from s3rs_assets.identifiers import mysql_quote
@@ -31,7 +35,10 @@ from s3rs_assets.watermark.record import Position, WatermarkRecord
 from s3rs_assets.watermark.store import WatermarkStore
 
 CHUNK = 500  # tables in one UNION ALL statement
-WORKERS = 10  # concurrent S3 reads of records: botocore's connection pool holds 10
+#: botocore's connection pool when the client's Config does not say (dagster-aws's client)
+BOTOCORE_POOL = 10
+#: concurrent S3 reads for a caller that does not size them by its client (`threads`)
+WORKERS = BOTOCORE_POOL
 
 
 def _as_datetime(value: Any) -> datetime | None:
@@ -100,6 +107,14 @@ class RecordCache:
             self._records[(store.bucket, store.layout.watermark_primary(table))] = (etag, record)
 
 
+def threads(client: Any) -> int:
+    """Threads for concurrent reads through `client`: as many as its connection pool holds,
+    at most S3_POOL (more threads than connections would open and drop one per read)."""
+    config = getattr(getattr(client, "meta", None), "config", None)
+    pool = getattr(config, "max_pool_connections", None) or BOTOCORE_POOL
+    return max(1, min(S3_POOL, pool))
+
+
 def read_records(
     store: WatermarkStore,
     names: Iterable[str],
@@ -111,11 +126,11 @@ def read_records(
 ) -> dict[str, WatermarkRecord | None | WatermarkError]:
     """name -> its record, None (never synced) or the WatermarkError reading it raised.
 
-    Read by WORKERS threads. A table with no primary in `etags` is None without a read,
-    unless `search_missing` (then the store's read-only recovery answers, as a run would
-    start from it). With `etags` None every primary is fetched directly, without a LIST
-    (a one-off look: `s3rs status`); a missing one is None, an invalid one its error (no
-    recovery search: restoring is the guard's job)."""
+    Read by `threads(store.client)` threads. A table with no primary in `etags` is None
+    without a read, unless `search_missing` (then the store's read-only recovery answers,
+    as a run would start from it). With `etags` None every primary is fetched directly,
+    without a LIST (a one-off look: `s3rs status`); a missing one is None, an invalid one
+    its error (no recovery search: restoring is the guard's job)."""
 
     def direct(name: str) -> WatermarkRecord | None | WatermarkError:
         got = store._get(store.layout.watermark_primary(name))
@@ -147,7 +162,7 @@ def read_records(
     todo = list(names)
     if not todo:
         return {}
-    with ThreadPoolExecutor(max_workers=min(WORKERS, len(todo))) as pool:
+    with ThreadPoolExecutor(max_workers=min(threads(store.client), len(todo))) as pool:
         return dict(zip(todo, pool.map(one, todo), strict=True))
 
 

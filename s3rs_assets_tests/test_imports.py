@@ -27,14 +27,33 @@ from s3rs_assets.watermark.store import WatermarkStore
 from s3rs_assets_tests.helpers import make_ties_table
 
 PREFIX = "imports"
-#: never loaded by a reading command (pyarrow and pandas come with Spark's data path)
-HEAVY = ("dagster", "dagster_aws", "dagster_pyspark", "pyspark", "pandas", "pyarrow", "numpy")
-#: modules in sys.modules after the command, measured + ~15%: 144 (--help), 586 (watermark
-#: get/list), 492 (verify), 692 (s3clean list), 702 (reconcile: no pyarrow since its repair
-#: files import it on use), 582 (status); `import dagster` alone brings ~1,400, with
-#: dagster-pyspark ~1,900
-BOUND = {"--help": 170, "watermark": 680, "verify": 570, "s3clean": 800, "reconcile": 810,
-         "status": 670}
+#: never loaded by a reading command (pyarrow and pandas come with Spark's data path;
+#: boto3 and s3transfer with dagster-aws: the commands' S3 client is botocore's own)
+HEAVY = (
+    "dagster",
+    "dagster_aws",
+    "dagster_pyspark",
+    "pyspark",
+    "pandas",
+    "pyarrow",
+    "numpy",
+    "boto3",
+    "s3transfer",
+)
+#: modules in sys.modules after the command, measured + ~10%: 144 (--help), 459 (watermark
+#: get), 521 (watermark list: MySQL's clock for the lag), 495 (verify), 569 (s3clean list),
+#: 639 (reconcile: no pyarrow since its repair files import it on use), 518 (status);
+#: `import dagster` alone brings ~1,400, with dagster-pyspark ~1,900
+BOUND = {
+    "--help": 170,
+    "watermark": 575,
+    "verify": 545,
+    "s3clean": 625,
+    "reconcile": 705,
+    "status": 570,
+}
+#: commands that never open MySQL: pymysql (with cryptography, ~50 modules) stays out
+NO_MYSQL = {("watermark", "get"), ("watermark", "--help"), ("s3clean", "list")}
 #: s3rs modules a command must not import: what only another command (or a repair) needs
 NOT_FOR = {
     "watermark": ("s3rs_assets.load", "s3rs_assets.reconcile"),
@@ -54,8 +73,7 @@ sys.stderr.write("\\nIMPORTS " + json.dumps([code, sorted(sys.modules)]) + "\\n"
 
 
 def day(n: int) -> datetime:
-    return (datetime.now() - timedelta(days=n)).replace(hour=0, minute=0, second=0,
-                                                        microsecond=0)
+    return (datetime.now() - timedelta(days=n)).replace(hour=0, minute=0, second=0, microsecond=0)
 
 
 @pytest.fixture(scope="module")
@@ -71,29 +89,45 @@ def stack(tmp_path_factory, mysql_db, mysql_url, pg_url, moto_endpoint):
     from s3rs_assets_tests.conftest import MYSQL_HOST, MYSQL_PORT
 
     rows = [(i, day(2) + timedelta(hours=i % 5)) for i in range(1, 31)]
-    with pymysql.connect(host=MYSQL_HOST, port=MYSQL_PORT, user="root", database=mysql_db,
-                         autocommit=True) as conn:
+    with pymysql.connect(
+        host=MYSQL_HOST, port=MYSQL_PORT, user="root", database=mysql_db, autocommit=True
+    ) as conn:
         make_ties_table(conn, "imp_orders", rows)
         src = describe(conn, TableConfig.from_dict({"name": f"{mysql_db}.imp_orders"}))
     name = f"{mysql_db}.imp_orders"
     path = tmp_path_factory.mktemp("imports") / "tables.yaml"
-    path.write_text(yaml.safe_dump({"tables": [
-        {"name": name, "start": day(3).strftime("%Y-%m-%d"), "lag": "0s"}]}))
-    cfg = TableConfig.from_dict({"name": name, "start": day(3).strftime("%Y-%m-%d"),
-                                 "lag": "0s"})
-    ensure_target(WarehouseConnector(url=pg_url),
-                  LoadTarget.from_table_config(cfg, src.columns, src.primary_key))
+    path.write_text(
+        yaml.safe_dump(
+            {"tables": [{"name": name, "start": day(3).strftime("%Y-%m-%d"), "lag": "0s"}]}
+        )
+    )
+    cfg = TableConfig.from_dict({"name": name, "start": day(3).strftime("%Y-%m-%d"), "lag": "0s"})
+    ensure_target(
+        WarehouseConnector(url=pg_url),
+        LoadTarget.from_table_config(cfg, src.columns, src.primary_key),
+    )
     store = WatermarkStore(s3_client, bucket, Layout(PREFIX))
 
     def change(rec):
         d = day(3)
         rec.partitions[d.strftime("%Y-%m-%d")] = PartitionState(
-            status="complete", window_start=d, window_end=d + timedelta(days=1), files=[],
-            cursor=Position(c=d, pk=[0]), run_id="seed")
+            status="complete",
+            window_start=d,
+            window_end=d + timedelta(days=1),
+            files=[],
+            cursor=Position(c=d, pk=[0]),
+            run_id="seed",
+        )
 
     store.update(name, change)
-    env = {**os.environ, "S3RS_TABLES": str(path), "S3RS_S3_BUCKET": bucket,
-           "S3RS_S3_PREFIX": PREFIX, "S3RS_MYSQL_URL": mysql_url, "S3RS_REDSHIFT_URL": pg_url}
+    env = {
+        **os.environ,
+        "S3RS_TABLES": str(path),
+        "S3RS_S3_BUCKET": bucket,
+        "S3RS_S3_PREFIX": PREFIX,
+        "S3RS_MYSQL_URL": mysql_url,
+        "S3RS_REDSHIFT_URL": pg_url,
+    }
     for var in ("S3RS_SOURCE_TIMEZONE", "S3RS_SSH_HOST", "S3RS_LOG_FORMAT"):
         env.pop(var, None)
     assert MySQLConnector(url=mysql_url).parsed.database == mysql_db
@@ -102,8 +136,13 @@ def stack(tmp_path_factory, mysql_db, mysql_url, pg_url, moto_endpoint):
 
 def imported(stack: dict, *args: str) -> tuple[int, list[str]]:
     """(exit code, modules imported) of `s3rs args` in a new interpreter."""
-    p = subprocess.run([sys.executable, "-c", _PROBE, *args], env=stack["env"],
-                       capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-c", _PROBE, *args],
+        env=stack["env"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     line = [ln for ln in p.stderr.splitlines() if ln.startswith("IMPORTS ")][-1]
     code, modules = json.loads(line.removeprefix("IMPORTS "))
     return code, modules
@@ -134,6 +173,9 @@ def test_a_command_that_runs_no_sync_imports_neither_dagster_nor_spark(stack, ar
     if args[1:2] != ("--help",):
         own = [m for m in modules if m.startswith(NOT_FOR.get(args[0], ("-",)))]
         assert not own, f"{' '.join(args)} imported {own}"
+    if tuple(args[:2]) in NO_MYSQL:
+        mysql = sorted(top & {"pymysql", "cryptography"})
+        assert not mysql, f"{' '.join(args)} imported {mysql} without opening MySQL"
     assert len(modules) <= BOUND[args[0]], f"{' '.join(args)}: {len(modules)} modules"
 
 
@@ -152,14 +194,28 @@ def test_help_summaries_match_the_commands():
         command = cli.main.get_command(ctx, name)
         for limit in (45, 80, 200):
             assert make_default_short_help(cli.SUMMARIES[name], limit) == (
-                command.get_short_help_str(limit)), name
+                command.get_short_help_str(limit)
+            ), name
 
 
 #: zones with daylight-saving changes of every kind the plain windows must match or refuse
-ZONES = ["UTC", "America/New_York", "Europe/London", "Asia/Kolkata", "Australia/Lord_Howe",
-         "America/Santiago", "Pacific/Apia", "Asia/Tehran", "America/St_Johns"]
-SIZES = {"hourly": datetime(2024, 1, 1), "daily": datetime(2009, 1, 1),
-         "weekly": datetime(2008, 12, 29), "monthly": datetime(2000, 1, 1)}
+ZONES = [
+    "UTC",
+    "America/New_York",
+    "Europe/London",
+    "Asia/Kolkata",
+    "Australia/Lord_Howe",
+    "America/Santiago",
+    "Pacific/Apia",
+    "Asia/Tehran",
+    "America/St_Johns",
+]
+SIZES = {
+    "hourly": datetime(2024, 1, 1),
+    "daily": datetime(2009, 1, 1),
+    "weekly": datetime(2008, 12, 29),
+    "monthly": datetime(2000, 1, 1),
+}
 
 
 @pytest.mark.parametrize("tz", ZONES)
@@ -170,12 +226,16 @@ def test_plain_windows_are_dagsters_or_refuse(tz):
 
     from s3rs_assets.partition_windows import Irregular, PlainPartitions
 
-    make = {"hourly": dg.HourlyPartitionsDefinition, "daily": dg.DailyPartitionsDefinition,
-            "monthly": dg.MonthlyPartitionsDefinition}
+    make = {
+        "hourly": dg.HourlyPartitionsDefinition,
+        "daily": dg.DailyPartitionsDefinition,
+        "monthly": dg.MonthlyPartitionsDefinition,
+    }
     for size, start in SIZES.items():
         if size == "weekly":
-            d = dg.WeeklyPartitionsDefinition(start_date=start, end_offset=1, timezone=tz,
-                                              day_offset=1)
+            d = dg.WeeklyPartitionsDefinition(
+                start_date=start, end_offset=1, timezone=tz, day_offset=1
+            )
         else:
             d = make[size](start_date=start, end_offset=1, timezone=tz)
         try:
@@ -191,7 +251,24 @@ def test_plain_windows_are_dagsters_or_refuse(tz):
             assert (a.start, a.end, a.start.utcoffset()) == (b.start, b.end, b.start.utcoffset())
             for ts in (a.start.timestamp(), a.end.timestamp() - 1):
                 assert p.get_partition_key_for_timestamp(ts) == (
-                    d.get_partition_key_for_timestamp(ts)), (tz, size, k)
+                    d.get_partition_key_for_timestamp(ts)
+                ), (tz, size, k)
     if tz in ("UTC", "America/New_York", "Europe/London"):  # the common zones are covered
         PlainPartitions("hourly", SIZES["hourly"], tz)
         PlainPartitions("daily", SIZES["daily"], tz)
+
+
+def test_the_commands_s3_client_reads_with_as_many_threads_as_connections(moto_endpoint):
+    """`s3rs status` reads records through S3Connector's client: its pool holds S3_POOL
+    connections and read_records uses that many threads; a client with botocore's default
+    pool (dagster-aws's) gets no more threads than its 10 connections."""
+    import botocore.session
+
+    from s3rs_assets.connections import S3_POOL, S3Connector
+    from s3rs_assets.scan import BOTOCORE_POOL, threads
+
+    client = S3Connector(bucket="unused").client()
+    assert client.meta.config.max_pool_connections == S3_POOL == threads(client) == 32
+    assert client.meta.config.retries["total_max_attempts"] == 6  # 5 retries, standard mode
+    plain = botocore.session.Session().create_client("s3")
+    assert threads(plain) == BOTOCORE_POOL == 10

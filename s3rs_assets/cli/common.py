@@ -4,7 +4,11 @@ into exit code 2, connections built from the environment, and the table list.
 The connections are the plain ones of connections.py, not the Dagster resources: a command
 that only reads (`watermark get/list`, `verify`, `s3clean list`) then starts without
 importing Dagster or Spark (test_imports.py counts). `s3rs sync` takes the resources from
-`env_resources.resources_from_env`, like the definitions."""
+`env_resources.resources_from_env`, like the definitions.
+
+What only a MySQL connection needs (`source`, `waiting`, and with them pymysql and
+cryptography) is imported where the connection is opened: `watermark get/list` never
+talks to MySQL and starts without them."""
 
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ import sys
 from collections.abc import Callable
 from datetime import datetime
 from functools import wraps
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from botocore.exceptions import BotoCoreError, ClientError
@@ -30,9 +34,10 @@ from s3rs_assets.connections import (
     warehouse_from_env,
 )
 from s3rs_assets.errors import ConfigError, S3rsError
-from s3rs_assets.source import server_now
-from s3rs_assets.waiting import Waiting, waiting_now
 from s3rs_assets.watermark.store import WatermarkStore
+
+if TYPE_CHECKING:
+    from s3rs_assets.waiting import Waiting
 
 log = logging.getLogger("s3rs.cli")
 
@@ -62,9 +67,10 @@ def _s3_checked(s3: Any = None) -> Any:
         client.head_bucket(Bucket=s3.bucket)
     except ClientError as e:
         status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-        why = {404: "no such bucket (S3RS_S3_BUCKET)",
-               403: "access denied (AWS credentials, or the bucket's policy)"}.get(
-            status, f"{e.response.get('Error', {}).get('Code', '')} {e}".strip())
+        why = {
+            404: "no such bucket (S3RS_S3_BUCKET)",
+            403: "access denied (AWS credentials, or the bucket's policy)",
+        }.get(status, f"{e.response.get('Error', {}).get('Code', '')} {e}".strip())
         raise ConfigError(f"cannot use {where}: {why}") from None
     except BotoCoreError as e:
         raise ConfigError(f"cannot reach {where}: {e} (AWS_ENDPOINT_URL_S3?)") from None
@@ -88,6 +94,8 @@ def _warehouse() -> WarehouseConnector:
 
 def _source_now() -> datetime:
     """The MySQL server's clock (naive, source time zone): what cursors compare against."""
+    from s3rs_assets.source import server_now
+
     with _mysql().connect() as conn:
         return server_now(conn)
 
@@ -99,6 +107,8 @@ def _not_yet(table: TableConfig, upper: datetime | None) -> Waiting | None:
     (logged at debug level) when MySQL cannot be asked now."""
     if upper is None:
         return None
+    from s3rs_assets.waiting import waiting_now
+
     try:
         with _mysql().connect() as conn:
             return waiting_now(conn, table, upper)
