@@ -12,23 +12,16 @@ evaluations. `work.plan_work` plans it where it would otherwise launch several r
 
 import os
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 import dagster as dg
 
 from s3rs_assets.assets import run_backup
-from s3rs_assets.checks import (
-    matches_mysql_result,
-    moved_windows,
-    not_compared,
-    synced_windows,
-)
+from s3rs_assets.checks import compare_with_mysql, run_started
 from s3rs_assets.config import TableConfig, find_table, load_tables
 from s3rs_assets.errors import ConfigError
 from s3rs_assets.io_manager import store_for
-from s3rs_assets.load import loaded_since
-from s3rs_assets.load_stage import load_target, run_load
+from s3rs_assets.load_stage import run_load
 from s3rs_assets.names import (
     BACKUP_CHECK_NAME,
     CHECK_NAME,
@@ -41,10 +34,7 @@ from s3rs_assets.names import (
 )
 from s3rs_assets.partitions import partitions_def, window
 from s3rs_assets.resources import MySQLResource, S3Resource, SparkResource
-from s3rs_assets.retry import Retries
 from s3rs_assets.stage_results import dagster_step, preview, publish, save_metadata
-from s3rs_assets.verify import verify_table
-from s3rs_assets.waiting import count_windows
 from s3rs_assets.warehouse import WarehouseResource
 from s3rs_assets.work import SyncPlan
 
@@ -98,12 +88,6 @@ def _materialize(
         ctx.log_event(dg.AssetMaterialization(key, partition=k, metadata=part.metadata.get(k)))
 
 
-def _started(ctx: dg.OpExecutionContext) -> datetime:
-    rec = ctx.instance.get_run_record_by_id(ctx.run_id)
-    started = rec.start_time if rec and rec.start_time else rec.create_timestamp.timestamp()
-    return datetime.fromtimestamp(started, UTC).replace(tzinfo=None)
-
-
 def _check(
     ctx: dg.OpExecutionContext,
     table: TableConfig,
@@ -115,20 +99,10 @@ def _check(
     """`matches_mysql` over what this run moved, as the sync job's check step computes it."""
     pdef = partitions_def(table)
     record = store_for(s3, ctx.run_id, ctx.instance).read(table.name)
-    windows = synced_windows(pdef, keys, record)
-    target = load_target(table, mysql, run_id=ctx.run_id)
-    windows = moved_windows(windows, loaded_since(warehouse, target, _started(ctx)))
-    scope = [k for k in keys if k in {w[0] for w in windows}]
-    checks, pending = mysql.run(
-        f"{table.name}: comparing with the warehouse",
-        lambda conn: (
-            verify_table(conn, warehouse, target, table, windows),
-            sum(count_windows(conn, table, not_compared(pdef, scope, windows))),
-        ),
-        Retries(),
-        ctx.log.warning,
+    since = run_started(ctx.instance, ctx.run_id)
+    _, res = compare_with_mysql(
+        table, keys, record, mysql, warehouse, ctx.run_id, ctx.log.warning, since
     )
-    res = matches_mysql_result(scope, checks, pending)
     ctx.log_event(
         dg.AssetCheckEvaluation(
             asset_key=asset_key(table, "redshift_table"),

@@ -74,12 +74,44 @@ def synced_windows(
     return out
 
 
-def _started(context: dg.AssetCheckExecutionContext) -> datetime:
+def run_started(instance: dg.DagsterInstance, run_id: str) -> datetime:
     """When the run started (naive UTC, like the ledger's `loaded_at`)."""
-    rec = context.instance.get_run_record_by_id(context.run.run_id)
+    rec = instance.get_run_record_by_id(run_id)
     started = (rec.start_time if rec else None) or (rec.create_timestamp.timestamp() if rec
                                                     else time.time())
     return datetime.fromtimestamp(started, UTC).replace(tzinfo=None)
+
+
+def compare_with_mysql(
+    table: TableConfig,
+    scope: list[str],
+    record: WatermarkRecord | None,
+    mysql: MySQLResource,
+    warehouse: WarehouseResource,
+    run_id: str,
+    warn: Any,
+    moved_since: datetime | None,
+) -> tuple[list[str], dg.AssetCheckResult]:
+    """`matches_mysql` over `scope` (the partitions compared, and the result). With
+    `moved_since` (a sync run: the check step or the catch-up op), only the partitions the
+    run loaded files into since then; a dropped connection is reopened and the comparison
+    run again (retry.py)."""
+    pdef = partitions_def(table)
+    windows = synced_windows(pdef, scope, record)
+    target = load_target(table, mysql, run_id=run_id)
+    if moved_since is not None:
+        windows = moved_windows(windows, loaded_since(warehouse, target, moved_since))
+        scope = [k for k in scope if k in {w[0] for w in windows}]
+    checks, pending = mysql.run(
+        f"{table.name}: comparing with the warehouse",
+        lambda conn: (
+            verify_table(conn, warehouse, target, table, windows),
+            sum(count_windows(conn, table, not_compared(pdef, scope, windows))),
+        ),
+        Retries(),
+        warn,
+    )
+    return scope, matches_mysql_result(scope, checks, pending)
 
 
 def _scope(
@@ -185,24 +217,12 @@ def build_checks(table: TableConfig) -> list[dg.AssetChecksDefinition]:
         warehouse: WarehouseResource,
     ) -> dg.AssetCheckResult:
         record = store_for(s3, context.run.run_id, context.instance).read(table.name)
-        scope = _scope(context, pdef, record)
-        windows = synced_windows(pdef, scope, record)
-        target = load_target(table, mysql, run_id=context.run.run_id)
-        if context.has_partition_key_range or context.has_partition_key:  # a sync run
-            moved = loaded_since(warehouse, target, _started(context))
-            windows = moved_windows(windows, moved)
-            scope = [k for k in scope if k in {w[0] for w in windows}]
-        # a dropped connection is reopened and the comparison run again (retry.py)
-        checks, pending = mysql.run(
-            f"{table.name}: comparing with the warehouse",
-            lambda conn: (
-                verify_table(conn, warehouse, target, table, windows),
-                sum(count_windows(conn, table, not_compared(pdef, scope, windows))),
-            ),
-            Retries(),
-            context.log.warning,
-        )
-        return matches_mysql_result(scope, checks, pending)
+        sync_run = context.has_partition_key_range or context.has_partition_key
+        since = run_started(context.instance, context.run.run_id) if sync_run else None
+        return compare_with_mysql(
+            table, _scope(context, pdef, record), record, mysql, warehouse,
+            context.run.run_id, context.log.warning, since,
+        )[1]
 
     @dg.asset_check(
         asset=asset_key(table, "s3_parquet"),
