@@ -169,6 +169,16 @@ class Prepared:
     loaded_files: int = 0
 
 
+def mirrored(record: WatermarkRecord) -> Loaded:
+    """The file versions the record's load mirror says are loaded (a copy of the ledger:
+    for decisions where a wrong "unloaded" costs only a re-read)."""
+    return {
+        (key, state.md5.get(key, ""))
+        for state in record.loaded_partitions.values()
+        for key in state.files
+    }
+
+
 def lost_files(
     s3: Any, table: TableConfig, pending: dict[str, list[FileEntry]]
 ) -> dict[str, list[str]]:
@@ -279,6 +289,14 @@ def prepare(
             if lost:
                 record = forget_lost(store, table.name, lost)
             record = mirror_ledger(store, table.name, record, loaded)
+        elif record is not None:
+            # --backup-only asks no warehouse: the record's load mirror says which files wait
+            # to be loaded. One it wrongly calls unloaded is only read again (the ledger skips
+            # an unchanged version); one deleted by `s3clean --force` is the only copy of its
+            # rows, so its partition is read again now, not at the next full sync.
+            lost = lost_files(s3, table, unloaded(record, mirrored(record)))
+            if lost:
+                record = forget_lost(store, table.name, lost)
         if conn is not None:
             found = scan(conn, src, record, windows(partitions_def(table)), bound)
     if found.empty:

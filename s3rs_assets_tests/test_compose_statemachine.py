@@ -571,3 +571,17 @@ def test_example_a_failed_check_does_not_hold_back_the_next_run(world, monkeypat
         ("sync_crashes", {"crash": "backup_second_checkpoint"}),
         ("sync_both", {}),
     ])
+
+
+def test_example_backup_only_after_s3clean_force_reads_the_lost_files_again(world, monkeypatch):
+    """Found by the state machine (example 48 of a run on main): `s3clean --force` deletes
+    files no load has taken yet (their rows' only copy); `sync --backup-only` asks no
+    warehouse, so it used to say "nothing new … no run" and exit 0 with the rows in
+    neither S3 nor the warehouse. It now finds the record's unloaded files gone (by its
+    load mirror) and reads their partitions again."""
+    replay(world, monkeypatch, [
+        ("start", {"n": 8, "stamps": 4}),
+        ("sync_backup_only", {}),
+        ("s3clean_force", {}),
+        ("sync_backup_only", {}),
+    ])

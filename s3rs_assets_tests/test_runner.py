@@ -20,6 +20,7 @@ from s3rs_assets_tests.helpers import make_ties_table, table_cfg
 
 NOW = datetime.now().replace(microsecond=0)
 TODAY = NOW.replace(hour=0, minute=0, second=0)
+RECENT = TODAY + (NOW - TODAY) / 2  # today's, in the past, even in the first hour of a day
 
 
 def day(n: int) -> datetime:
@@ -30,7 +31,7 @@ def day(n: int) -> datetime:
 def sparse(mysql_conn, mysql_db):
     """Three years of daily partitions; rows on three old days and today."""
     rows = [(1, day(1000) + timedelta(hours=1)), (2, day(999) + timedelta(hours=2)),
-            (3, day(400) + timedelta(hours=3)), (4, NOW - timedelta(hours=1))]
+            (3, day(400) + timedelta(hours=3)), (4, RECENT)]
     make_ties_table(mysql_conn, "plan_sparse", rows)
     return table_cfg(mysql_db, "plan_sparse", start=f"{day(1100):%Y-%m-%d}", lag="0s")
 
