@@ -136,7 +136,7 @@ def test_webserver_lists_assets_and_materializes_a_partition_like_the_ui(ui: UI)
     stack, db = ui.stack, ui.db
     nodes = stack.asset_nodes()
 
-    # 1. Both assets of every table, partitioned by day, in one group per table, in the
+    # 1. Both assets of every table, partitioned by day, in their schema's group, in the
     #    code location s3rs with the per-table jobs.
     for t in ("ui_orders", "ui_items"):
         for s in ("s3_parquet", "redshift_table"):
@@ -145,7 +145,7 @@ def test_webserver_lists_assets_and_materializes_a_partition_like_the_ui(ui: UI)
             assert n["isPartitioned"] and n["isMaterializable"], n
             assert n["partitionDefinition"]["type"] == "TIME_WINDOW", n
             assert n["partitionKeys"][0] == "2025-03-01" and DAY in n["partitionKeys"], n
-            assert n["groupName"] == f"{db}__{t}", n
+            assert n["groupName"] == db, n  # one group per MySQL schema
             assert job_name(f"{db}.{t}") in n["jobNames"], n
     assert nodes[(db, "ui_orders", "redshift_table")]["dependencyKeys"] == [
         {"path": [db, "ui_orders", "s3_parquet"]}]
@@ -408,16 +408,17 @@ def test_browser_shows_a_partition_with_its_own_row_count(ui: UI, range_run):
         assert key in lines and "Materialized" in lines, "\n".join(lines)[-3000:]
         assert "partial" not in " ".join(lines[lines.index("Metadata"):]), lines
 
-        # The lineage sidebar names the tables: one asset group per table.
+        # The global lineage (one group per MySQL schema): each node's kind tag names its
+        # table.
         driver.get(f"{ui.stack.url}/asset-groups")
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             lines = driver.find_element("tag name", "body").text.splitlines()
-            groups = [ln for ln in lines if ln.endswith(("__ui_range", "__ui_orders"))]
-            if len(groups) >= 2:
+            named = {t for t in ("ui_range", "ui_orders") if t in lines}
+            if len(named) == 2:
                 break
             time.sleep(1)
-        assert len(groups) >= 2, "\n".join(lines)[-3000:]
+        assert len(named) == 2, "\n".join(lines)[-3000:]
     finally:
         driver.quit()
     print(f"browser: asset partition page rendered in {time.monotonic() - t0:.1f}s")
