@@ -430,8 +430,12 @@ class Composition(RuleBasedStateMachine):
             r, bound = self.sync()
             assert r.exit_code in (0, 1), r.output
             self.assert_nothing_unloaded()
-            if not self.w.target_exists():  # nothing was ever loaded: MySQL holds no row
-                assert not self.mysql_visible(bound), r.output
+            if not self.w.target_exists():
+                # nothing was ever loaded: MySQL holds no row a sync must copy (rows skipped
+                # by `watermark set` or dated below it late are reconcile's, which needs a
+                # target to repair)
+                must = set(self.mysql_visible(bound)) - self.dirty
+                assert not must, r.output
                 return
             r = invoke("reconcile", "-t", self.w.name, "--apply", "--columns", "all", "--json")
             assert r.exit_code == 0, r.output
