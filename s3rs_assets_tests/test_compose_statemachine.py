@@ -268,6 +268,8 @@ class Composition(RuleBasedStateMachine):
         r, _ = self.sync("--redshift-only")
         if r.exit_code == 1 and "FAILED its check matches_mysql" in r.output:
             return  # the check compares with MySQL: anything not yet extracted differs
+        if r.exit_code == 1 and "lost files that were never loaded" in r.output:
+            return  # `s3clean --force` took the only copy: only a backup can read it again
         assert r.exit_code == 0, r.output
         self.assert_nothing_unloaded()
 
