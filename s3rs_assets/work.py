@@ -172,11 +172,15 @@ class Prepared:
 def mirrored(record: WatermarkRecord) -> Loaded:
     """The file versions the record's load mirror says are loaded (a copy of the ledger:
     for decisions where a wrong "unloaded" costs only a re-read)."""
-    return {
-        (key, state.md5.get(key, ""))
-        for state in record.loaded_partitions.values()
-        for key in state.files
-    }
+    out: Loaded = set()
+    for key, load in record.loaded_partitions.items():
+        state = record.partitions.get(key)
+        for f in state.files if state else []:
+            # a mirror without a checksum (older records) means the manifest's version, as
+            # WatermarkRecord.refresh reads it
+            if f.key in load.files and load.md5.get(f.key, f.md5) == f.md5:
+                out.add((f.key, f.md5))
+    return out
 
 
 def lost_files(
