@@ -17,7 +17,7 @@ from typing import Any
 import dagster as dg
 
 from s3rs_assets.assets import run_backup
-from s3rs_assets.checks import compare_with_mysql, run_started
+from s3rs_assets.checks import backup_complete_result, compare_with_mysql, run_started
 from s3rs_assets.config import TableConfig, find_table, load_tables
 from s3rs_assets.errors import ConfigError
 from s3rs_assets.io_manager import store_for
@@ -113,28 +113,15 @@ def _check(
             metadata=res.metadata,
         )
     )
-    states = record.partitions if record else {}
-    bound = record.source_counts.upper_bound if record and record.source_counts else None
-    stuck = [
-        k
-        for k in keys
-        if k in states
-        and states[k].status != "complete"
-        and bound is not None
-        and window(pdef, k)[1] <= bound
-    ]
+    done = backup_complete_result(pdef, keys, record)
     ctx.log_event(
         dg.AssetCheckEvaluation(
             asset_key=asset_key(table, "s3_parquet"),
             check_name=BACKUP_CHECK_NAME,
-            passed=not stuck,
-            severity=dg.AssetCheckSeverity.WARN,
-            description=(
-                f"PARTIAL below the safety bound: {', '.join(stuck)}"
-                if stuck
-                else f"{len(keys)} partition(s) checked"
-            ),
-            metadata={"partitions_checked": len(keys), "partial_partitions": stuck},
+            passed=done.passed,
+            severity=done.severity,
+            description=done.description,
+            metadata=done.metadata,
         )
     )
 

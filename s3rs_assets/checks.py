@@ -74,6 +74,36 @@ def synced_windows(
     return out
 
 
+def backup_complete_result(
+    pdef: dg.TimeWindowPartitionsDefinition, keys: list[str], record: WatermarkRecord | None
+) -> dg.AssetCheckResult:
+    """`backup_complete` over `keys` (the check step and the catch-up op): the open window
+    is listed; a partial partition wholly below the safety bound is a warning."""
+    states = record.partitions if record else {}
+    partial = [k for k in keys if k in states and states[k].status != "complete"]
+    bound = record.source_counts.upper_bound if record and record.source_counts else None
+    open_ = [k for k in partial if bound is None or window(pdef, k)[1] > bound]
+    stuck = [k for k in partial if k not in open_]
+    parts = []
+    if open_:
+        parts.append(f"open (read on by the next sync): {', '.join(open_)}")
+    if stuck:
+        parts.append(f"PARTIAL below the safety bound: {', '.join(stuck)}")
+    return dg.AssetCheckResult(
+        passed=not stuck,
+        severity=dg.AssetCheckSeverity.WARN,
+        description="; ".join(parts) or f"{len(keys)} partition(s) complete",
+        metadata={
+            "partitions_checked": len(keys),
+            "open_partitions": dg.MetadataValue.json(open_),
+            "partial_partitions": dg.MetadataValue.json(stuck),
+            "cursors": dg.MetadataValue.json(
+                {k: str(states[k].cursor) for k in partial if states[k].cursor}
+            ),
+        },
+    )
+
+
 def run_started(instance: dg.DagsterInstance, run_id: str) -> datetime:
     """When the run started (naive UTC, like the ledger's `loaded_at`)."""
     rec = instance.get_run_record_by_id(run_id)
@@ -238,30 +268,7 @@ def build_checks(table: TableConfig) -> list[dg.AssetChecksDefinition]:
         context: dg.AssetCheckExecutionContext, s3: S3Resource
     ) -> dg.AssetCheckResult:
         record = store_for(s3, context.run.run_id, context.instance).read(table.name)
-        keys = _scope(context, pdef, record)
-        states = record.partitions if record else {}
-        partial = [k for k in keys if k in states and states[k].status != "complete"]
-        bound = record.source_counts.upper_bound if record and record.source_counts else None
-        open_ = [k for k in partial if bound is None or window(pdef, k)[1] > bound]
-        stuck = [k for k in partial if k not in open_]
-        parts = []
-        if open_:
-            parts.append(f"open (read on by the next sync): {', '.join(open_)}")
-        if stuck:
-            parts.append(f"PARTIAL below the safety bound: {', '.join(stuck)}")
-        return dg.AssetCheckResult(
-            passed=not stuck,
-            severity=dg.AssetCheckSeverity.WARN,
-            description="; ".join(parts) or f"{len(keys)} partition(s) complete",
-            metadata={
-                "partitions_checked": len(keys),
-                "open_partitions": dg.MetadataValue.json(open_),
-                "partial_partitions": dg.MetadataValue.json(stuck),
-                "cursors": dg.MetadataValue.json(
-                    {k: str(states[k].cursor) for k in partial if states[k].cursor}
-                ),
-            },
-        )
+        return backup_complete_result(pdef, _scope(context, pdef, record), record)
 
     return [matches_mysql, backup_complete, build_reconcile_check(table)]
 
