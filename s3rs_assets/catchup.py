@@ -103,27 +103,21 @@ def _check(
     _, res = compare_with_mysql(
         table, keys, record, mysql, warehouse, ctx.run_id, ctx.log.warning, since
     )
-    ctx.log_event(
-        dg.AssetCheckEvaluation(
-            asset_key=asset_key(table, "redshift_table"),
-            check_name=CHECK_NAME,
-            passed=res.passed,
-            severity=res.severity,
-            description=res.description,
-            metadata=res.metadata,
+    checks = [
+        ("redshift_table", CHECK_NAME, res),
+        ("s3_parquet", BACKUP_CHECK_NAME, backup_complete_result(pdef, keys, record)),
+    ]
+    for stage, name, r in checks:
+        ctx.log_event(
+            dg.AssetCheckEvaluation(
+                asset_key=asset_key(table, stage),  # type: ignore[arg-type]
+                check_name=name,
+                passed=r.passed,
+                severity=r.severity,
+                description=r.description,
+                metadata=r.metadata,
+            )
         )
-    )
-    done = backup_complete_result(pdef, keys, record)
-    ctx.log_event(
-        dg.AssetCheckEvaluation(
-            asset_key=asset_key(table, "s3_parquet"),
-            check_name=BACKUP_CHECK_NAME,
-            passed=done.passed,
-            severity=done.severity,
-            description=done.description,
-            metadata=done.metadata,
-        )
-    )
 
 
 def _refuse_overlap(ctx: dg.OpExecutionContext, table: TableConfig) -> None:
