@@ -106,17 +106,20 @@ def _inspect_source(
 
 def _log_partitions(context: dg.AssetExecutionContext, table: str, backup: BackupRun,
                     runs: list[PartitionRun]) -> None:
-    """One line per partition that held rows or is still open, one summary line."""
+    """One line per partition that held rows or is still open, then a summary line, in one
+    log entry: each entry is an event in Dagster's storage (~15-50 ms each here), and a
+    catch-up over 73 data days would otherwise write 74 of them."""
     active = [r for r in runs if r.rows or r.status != "complete" or r.recomputed]
-    for r in active:
-        context.log.info(
-            f"{table} {r.partition_key}: {r.status}, {r.rows} rows in {len(r.files)} "
-            f"files, cursor {r.cursor_to}"
-        )
-    context.log.info(
+    lines = [
+        f"{table} {r.partition_key}: {r.status}, {r.rows} rows in {len(r.files)} "
+        f"files, cursor {r.cursor_to}"
+        for r in active
+    ]
+    lines.append(
         f"{table}: {len(runs)} partition(s), {len(runs) - len(active)} complete and "
         f"empty, {backup.batches} checkpoint write(s)"
     )
+    context.log.info("\n".join(lines))
     if backup.skipped:
         context.log.warning(f"{table}: row limit reached; not read: {', '.join(backup.skipped)}")
 

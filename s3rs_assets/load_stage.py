@@ -1,9 +1,10 @@
 """Stage 2 as an asset: `redshift_table`, loading what `s3_parquet` wrote, exactly once.
 
 The asset gets its partitions' file manifests from the IO manager, hands them to
-`load.load_files` (which skips files already in the warehouse's load ledger and merges the
-rest in one transaction) and returns what the ledger holds afterwards; the IO manager
-mirrors that into the watermark's redshift side. Its checks live in `checks.py`.
+`load.load_partitions` (which skips files already in the warehouse's load ledger and merges
+the rest; several partitions in one transaction, `load_batches`) and returns what the
+ledger holds afterwards; the IO manager mirrors that into the watermark's redshift side.
+Its checks live in `checks.py`.
 """
 
 import threading
@@ -15,7 +16,7 @@ import dagster as dg
 
 from s3rs_assets.config import TableConfig
 from s3rs_assets.io_manager import store_for
-from s3rs_assets.load import LoadTarget, load_files
+from s3rs_assets.load import LoadTarget, load_partitions
 from s3rs_assets.names import (
     IO_MANAGER_KEY,
     RETRY_POLICY,
@@ -86,6 +87,37 @@ def load_target(
     return LoadTarget.from_table_config(table, src.columns, src.primary_key)
 
 
+#: Bounds of one load transaction over several partitions (a catch-up, a range run): the
+#: partitions' files are loaded together, their ledger rows committed with them, up to this
+#: many files or manifest rows; a larger partition is a transaction of its own.
+LOAD_BATCH_FILES = 500
+LOAD_BATCH_ROWS = 2_000_000
+
+
+def load_batches(
+    keys: list[str], files: dict[str, list]
+) -> list[dict[str, list]]:
+    """`keys` (in order) cut into load transactions of at most LOAD_BATCH_FILES files and
+    LOAD_BATCH_ROWS rows each: one per run for a catch-up over small scattered days, while
+    a crash or retry of one costs a bounded reload."""
+    batches: list[dict[str, list]] = []
+    n_files = n_rows = 0
+    for key in keys:
+        todo = files.get(key, [])
+        rows = sum(f.rows for f in todo)
+        if batches and (
+            n_files + len(todo) > LOAD_BATCH_FILES or n_rows + rows > LOAD_BATCH_ROWS
+        ):
+            batches.append({})
+            n_files = n_rows = 0
+        if not batches:
+            batches.append({})
+        batches[-1][key] = todo
+        n_files += len(todo)
+        n_rows += rows
+    return batches
+
+
 def run_load(
     context: dg.AssetExecutionContext,
     table: TableConfig,
@@ -99,22 +131,25 @@ def run_load(
     target = load_target(table, mysql, retries, context.log.warning, context.run_id)
     partitions: dict[str, PartitionLoad] = {}
     try:
-        for key in context.partition_keys:
-            todo = files.get(key, [])
-            result = load_files(warehouse, s3, target, key, todo, retries=retries)
-            held = set(result.files_loaded) | set(result.files_skipped)
-            partitions[key] = PartitionLoad(
-                {f.key: f for f in todo if f.key in held}, result.metadata()
-            )
-            for other in set(result.reload_partitions) - {key}:
-                # Their ledger entries described a dropped or emptied target: the mirror
-                # forgets them, so the next sync loads those partitions again.
-                partitions.setdefault(other, PartitionLoad({}, {}))
-            context.log.info(
-                f"{table.name} {key}: {len(result.files_loaded)} file(s) loaded, "
-                f"{len(result.files_skipped)} already in the ledger, "
-                f"{result.rows_inserted} rows inserted"
-            )
+        for batch in load_batches(context.partition_keys, files):
+            results = load_partitions(warehouse, s3, target, batch, retries=retries)
+            for key, result in results.items():
+                todo = batch[key]
+                held = set(result.files_loaded) | set(result.files_skipped)
+                partitions[key] = PartitionLoad(
+                    {f.key: f for f in todo if f.key in held}, result.metadata()
+                )
+                for other in set(result.reload_partitions) - {key}:
+                    # Their ledger entries described a dropped or emptied target: the
+                    # mirror forgets them, so the next sync loads those partitions again.
+                    partitions.setdefault(other, PartitionLoad({}, {}))
+            # one log entry per transaction (each is an event in Dagster's storage)
+            context.log.info("\n".join(
+                f"{table.name} {key}: {len(r.files_loaded)} file(s) loaded, "
+                f"{len(r.files_skipped)} already in the ledger, {r.rows_inserted} rows "
+                "inserted" for key, r in results.items()
+            ) + (f"\n({len(results)} partitions in one transaction)" if len(results) > 1
+                 else ""))
     except Exception as e:
         store = store_for(s3, context.run_id, context.instance)
         record_failure(store, table.name, "redshift", e)

@@ -4,7 +4,7 @@
     sql.py            the SQL text, pure builders (ledger, stage, merge, COPY manifest)
     ddl.py            create / evolve target tables and the ledger: ensure_target
     ledger.py         the load ledger, tied to the target's identity; lookups
-    transaction.py    load_files: one transaction per load, retried on races
+    transaction.py    load_files / load_partitions: one transaction per load, retried on races
     copy_postgres.py  COPY FROM STDIN of the parquet files (the local stand-in)
     pgbinary.py       Arrow -> PostgreSQL binary COPY format, vectorized
     copy_redshift.py  COPY FROM S3 through a manifest of exactly the files to load
@@ -26,7 +26,13 @@ if TYPE_CHECKING:
     from s3rs_assets.load.ddl import ensure_target
     from s3rs_assets.load.ledger import clear as clear_ledger
     from s3rs_assets.load.ledger import ledger_files, ledger_versions, loaded_since
-    from s3rs_assets.load.transaction import CHECKPOINTS, LoadError, LoadResult, load_files
+    from s3rs_assets.load.transaction import (
+        CHECKPOINTS,
+        LoadError,
+        LoadResult,
+        load_files,
+        load_partitions,
+    )
 
 #: imported on first use: the load itself (and Dagster's logger with it) is not needed by
 #: what only builds SQL or describes a target (reconcile, verify)
@@ -41,6 +47,7 @@ _LAZY = {
     "LoadError": ("transaction", "LoadError"),
     "LoadResult": ("transaction", "LoadResult"),
     "load_files": ("transaction", "load_files"),
+    "load_partitions": ("transaction", "load_partitions"),
 }
 
 
@@ -63,4 +70,5 @@ __all__ = [
     "ledger_versions",
     "loaded_since",
     "load_files",
+    "load_partitions",
 ]

@@ -200,27 +200,62 @@ def load_files(
     partition never loaded, copied straight in; `direct=False` always stages) and recorded
     in the ledger in one transaction. `checkpoint(name)` is called at each of CHECKPOINTS
     inside the transaction; what it raises aborts (and rolls back) the load. Transient
-    errors rerun the transaction (retry.call, counted in `retries`).
-    Long on purpose: the transaction's steps in their order (ledger lock, COPY, merge, ledger
-    rows) read best in one place.
+    errors rerun the transaction (retry.call, counted in `retries`). `load_partitions` with
+    one partition.
     """
+    return load_partitions(
+        warehouse, s3, target, {partition_key: files}, checkpoint=checkpoint,
+        before_merge=before_merge, max_attempts=max_attempts,
+        backoff_seconds=backoff_seconds, retries=retries, direct=direct,
+    )[partition_key]
+
+
+def load_partitions(
+    warehouse: WarehouseResource,
+    s3: S3Resource,
+    target: LoadTarget,
+    parts: dict[str, list[FileEntry]],
+    *,
+    checkpoint: Callable[[str], None] | None = None,
+    before_merge: Callable[[WarehouseConnection], None] | None = None,
+    max_attempts: int = retry.WAREHOUSE_BACKOFF.attempts,
+    backoff_seconds: float = retry.WAREHOUSE_BACKOFF.first,
+    retries: retry.Retries | None = None,
+    direct: bool = True,
+) -> dict[str, LoadResult]:
+    """Load several partitions' files in ONE transaction (a catch-up over scattered days
+    pays one DDL check, one ledger settle and one commit, not one per partition). Each
+    partition is loaded as `load_files` loads it (its own ledger rows, load id, direct COPY
+    or staging and merge, counts) inside that transaction, in the order of `parts`; the
+    transaction commits all of them or none, so a crash or retry loads nothing twice.
+    `checkpoint` sees "after_ledger", "after_copy", "after_merge" per partition and
+    "before_commit" once. One LoadResult per partition.
+    """
+    if not parts:
+        return {}
     started = time.monotonic()
-    _check_files(target, partition_key, files)
-    result = LoadResult(
-        table=target.qualified, partition_key=partition_key, dialect=warehouse.dialect
-    )
-    result.ddl = ensure_target(warehouse, target)
+    for key, files in parts.items():
+        _check_files(target, key, files)
+    results = {
+        key: LoadResult(table=target.qualified, partition_key=key, dialect=warehouse.dialect)
+        for key in parts
+    }
+    ddl = ensure_target(warehouse, target)  # once per transaction, not per partition
+    for r in results.values():
+        r.ddl = ddl
     observe = checkpoint or (lambda name: None)
+    what = (
+        f"partition {next(iter(parts))}" if len(parts) == 1
+        else f"{len(parts)} partitions {next(iter(parts))} .. {list(parts)[-1]}"
+    )
 
     def attempt() -> None:
-        result.attempts += 1
-        result.load_id = uuid.uuid4().hex
+        for r in results.values():
+            r.attempts += 1
         conn = warehouse.connect()
         try:
-            _load_once(
-                conn, warehouse, s3, target, partition_key, files, result, observe,
-                before_merge, direct
-            )
+            _load_once(conn, s3, warehouse, target, parts, results, observe, before_merge,
+                       direct)
         except Exception:
             conn.rollback()
             raise
@@ -237,7 +272,7 @@ def load_files(
     try:
         retry.call(
             attempt,
-            what=f"loading {target.qualified} partition {partition_key}",
+            what=f"loading {target.qualified} {what}",
             retries=retries if retries is not None else retry.Retries(),
             backoff=retry.Backoff(max_attempts, backoff_seconds),
             transient=transient,
@@ -245,52 +280,97 @@ def load_files(
         )
     except Exception as e:
         if is_driver_error(e):
+            n = sum(len(f) for f in parts.values())
+            attempts = max((r.attempts for r in results.values()), default=0)
             raise LoadError(
-                f"loading {len(files)} file(s) into {target.qualified} (partition "
-                f"{partition_key}) failed after {result.attempts} attempt(s); nothing was "
-                f"committed: {type(e).__name__}: {e}"
+                f"loading {n} file(s) into {target.qualified} ({what}) failed after "
+                f"{attempts} attempt(s); nothing was committed: {type(e).__name__}: {e}"
             ) from e
         raise
-    result.seconds = time.monotonic() - started
-    log.info(
-        f"{target.qualified} partition {partition_key}: {len(result.files_loaded)} file(s) "
-        f"loaded, {len(result.files_skipped)} skipped, {result.rows_staged} rows staged, "
-        f"{result.rows_inserted} inserted, {result.rows_deleted} replaced, "
-        f"{result.seconds:.2f}s ({result.dialect}, {result.attempts} attempt(s))"
-    )
-    return result
+    if len(parts) == 1:
+        next(iter(results.values())).seconds = time.monotonic() - started
+    for key, result in results.items():
+        log.info(
+            f"{target.qualified} partition {key}: {len(result.files_loaded)} file(s) "
+            f"loaded, {len(result.files_skipped)} skipped, {result.rows_staged} rows staged, "
+            f"{result.rows_inserted} inserted, {result.rows_deleted} replaced, "
+            f"{result.seconds:.2f}s ({result.dialect}, {result.attempts} attempt(s))"
+        )
+    return results
 
 
 def _load_once(
+    conn: WarehouseConnection,
+    s3: S3Resource,
+    warehouse: WarehouseResource,
+    target: LoadTarget,
+    parts: dict[str, list[FileEntry]],
+    results: dict[str, LoadResult],
+    checkpoint: Callable[[str], None],
+    before_merge: Callable[[WarehouseConnection], None] | None = None,
+    allow_direct: bool = True,
+) -> None:
+    """One attempt: steps 1-5 of the module docstring for every partition of `parts`, the
+    ledger settled once and one commit (or none: raising rolls all of them back)."""
+    settled = ledger.settle(conn, target)
+    ident = settled.target_id
+    # what the settle found and did is told once, by the first partition (as a load per
+    # partition would: the later ones find the ledger settled)
+    quiet = ledger.Settled(ident, False)
+    for i, result in enumerate(results.values()):
+        result._begin_attempt(settled if i == 0 else quiet)
+        result.load_id = uuid.uuid4().hex
+    every = [f for files in parts.values() for f in files]
+    loaded = ledger.loaded_versions(conn, target, ident, every)
+    moved = False
+    for key, files in parts.items():
+        t0 = time.monotonic()
+        result = results[key]
+        moved |= _load_partition(
+            conn, warehouse, s3, target, key, files, loaded, result, checkpoint, before_merge,
+            allow_direct,
+        )
+        result.seconds = time.monotonic() - t0
+    if not moved:
+        if settled.changed:
+            ledger.write_state(conn, target, ident, next(iter(results.values())).load_id,
+                               utcnow())
+            conn.commit()
+        else:
+            conn.rollback()
+        return
+    # what this load leaves in the target: tells s3rs's own deletes from a TRUNCATE later
+    last = [r for r in results.values() if r.files_loaded][-1]
+    ledger.write_state(conn, target, ident, last.load_id, utcnow())
+    checkpoint("before_commit")
+    conn.commit()
+
+
+def _load_partition(
     conn: WarehouseConnection,
     warehouse: WarehouseResource,
     s3: S3Resource,
     target: LoadTarget,
     partition_key: str,
     files: Sequence[FileEntry],
+    loaded: set[tuple[str, str]],
     result: LoadResult,
     checkpoint: Callable[[str], None],
-    before_merge: Callable[[WarehouseConnection], None] | None = None,
-    allow_direct: bool = True,
-) -> None:
-    """One attempt: steps 1-5 of the module docstring, committed or raising."""
-    settled = ledger.settle(conn, target)
-    result._begin_attempt(settled)
-    ident = settled.target_id
-    loaded = ledger.loaded_versions(conn, target, ident, files)
+    before_merge: Callable[[WarehouseConnection], None] | None,
+    allow_direct: bool,
+) -> bool:
+    """Steps 2-4 for one partition inside the open transaction; True when it moved files
+    (`result.files_loaded` is then set: they commit with the transaction)."""
     todo = [f for f in files if (f.key, f.md5) not in loaded]
     result.files_skipped = [f.key for f in files if (f.key, f.md5) in loaded]
     # what of this partition is loaded: "never" allows the direct COPY (the ledger decides,
     # not the record's mirror), and with this load's files the ledger rows afterwards
+    ident = result.target_id
+    assert ident is not None
     before = ledger.partition_ledger(conn, target, ident, partition_key)
     result.ledger_rows = sum({**before, **{f.key: f.rows for f in todo}}.values())
     if not todo:
-        if settled.changed:
-            ledger.write_state(conn, target, ident, result.load_id, utcnow())
-            conn.commit()
-        else:
-            conn.rollback()
-        return
+        return False
 
     # Ledger rows first: a racing loader blocks here (PostgreSQL), not after its COPY.
     ledger.record(conn, target, ident, partition_key, todo, result.load_id, utcnow())
@@ -307,13 +387,10 @@ def _load_once(
         staged = _stage_and_merge(
             conn, warehouse, s3, target, partition_key, todo, result, checkpoint, before_merge
         )
-    # what this load leaves in the target: tells s3rs's own deletes from a TRUNCATE later
-    ledger.write_state(conn, target, ident, result.load_id, utcnow())
-    checkpoint("before_commit")
-    conn.commit()
     result.rows_staged = staged
     result.files_loaded = [f.key for f in todo]
     result.bytes_loaded = sum(f.bytes for f in todo)
+    return True
 
 
 def _copy_direct(
