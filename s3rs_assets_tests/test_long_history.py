@@ -9,6 +9,7 @@ Real MariaDB, moto S3, PostgreSQL, Spark and Dagster, through the `s3rs` command
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -80,14 +81,54 @@ def _size(stack: Stack, name: str) -> int:
     return stack.s3.head_object(Bucket=stack.bucket, Key=key)["ContentLength"]
 
 
-def test_scattered_days_are_caught_up_in_one_run_exactly(stack, history):
+class Crash(RuntimeError):
+    """An injected crash (not transient: no retry policy reruns it)."""
+
+
+def _count_loads(monkeypatch) -> dict[str, int]:
+    """ensure_target calls and load transactions (attempts), counted on the real ones."""
+    from s3rs_assets.load import transaction
+
+    n = {"ddl": 0, "transactions": 0}
+
+    def counted(name: str, real: Any) -> Any:
+        def call(*a: Any, **kw: Any) -> Any:
+            n[name] += 1
+            return real(*a, **kw)
+
+        return call
+
+    monkeypatch.setattr(transaction, "ensure_target",
+                        counted("ddl", transaction.ensure_target))
+    monkeypatch.setattr(transaction, "_load_once",
+                        counted("transactions", transaction._load_once))
+    return n
+
+
+def _ledger_matches_manifests(stack: Stack, name: str) -> None:
+    """One ledger entry per manifest file (key, md5, partition, rows): what one load per
+    partition writes."""
+    rec = stack.store.read(name)
+    want = sorted((f.key, f.md5, k, f.rows) for k, p in rec.partitions.items() for f in p.files)
+    with pg(stack) as c:
+        got = sorted(tuple(r) for r in c.execute(
+            f'SELECT file_key, file_md5, partition_key, row_count FROM "{stack.db}".'
+            "s3rs_load_ledger WHERE table_name = %s", (TABLE,)))
+    assert got == want
+
+
+def test_scattered_days_are_caught_up_in_one_run_exactly(stack, history, monkeypatch):
     import dagster as dg
 
+    loads = _count_loads(monkeypatch)
     r = invoke("sync", "-t", history, "--no-progress")
     assert r.exit_code == 0, r.output
     runs = _runs(stack)
     assert len(runs) == 1 and runs[0].job_name == JOB_NAME, [x.job_name for x in runs]
     assert _equal(stack) == len(_rows())
+    # the ten data days' files in one load transaction, the target's DDL checked once
+    assert loads == {"ddl": 1, "transactions": 1}
+    _ledger_matches_manifests(stack, history)
     rec = stack.store.read(history)
     assert set(rec.partitions) == {key_of(day(d)) for d in DATA_DAYS}
     assert rec.mysql_rows_extracted == rec.redshift_rows_loaded == len(_rows())
@@ -127,6 +168,32 @@ def test_scattered_days_are_caught_up_in_one_run_exactly(stack, history):
     assert _equal(stack) == len(_rows()) + 2
     verify = invoke("verify", "-t", history)
     assert verify.exit_code == 0, verify.output
+
+
+def test_a_crash_inside_the_catchup_load_leaves_nothing_and_the_retry_loads_once(
+        stack, history, monkeypatch):
+    """The compose crash "load_direct_before_commit" on the fifth data day: the four days
+    copied before it were in the same transaction, so nothing of the load commits; the
+    backup's checkpoints stay, and the next sync loads every row once."""
+    from s3rs_assets.load import transaction
+    from s3rs_assets_tests.compose import crash_at
+
+    with crash_at(monkeypatch, transaction, "_copy_direct", Crash, after=4) as calls:
+        r = invoke("sync", "-t", history, "--no-progress")
+    assert r.exit_code == 1 and calls[0] == 5, r.output
+    with pg(stack) as c:
+        assert c.execute(f'SELECT count(*) FROM "{stack.db}"."{TABLE}"').fetchone() == (0,)
+        assert c.execute(f'SELECT count(*) FROM "{stack.db}".s3rs_load_ledger WHERE '
+                         "table_name = %s", (TABLE,)).fetchone() == (0,)
+    rec = stack.store.read(history)
+    assert rec.mysql_rows_extracted == len(_rows()) and rec.redshift_rows_loaded == 0
+    loads = _count_loads(monkeypatch)
+    r = invoke("sync", "-t", history, "--no-progress")
+    assert r.exit_code == 0, r.output
+    assert loads == {"ddl": 1, "transactions": 1}
+    assert _equal(stack) == len(_rows())
+    _ledger_matches_manifests(stack, history)
+    assert stack.store.read(history).redshift_rows_loaded == len(_rows())
 
 
 def test_catchup_refuses_to_overlap_another_run_of_its_table(tmp_path):
