@@ -34,7 +34,12 @@ The ledger's reads are one query for the partition (`partition_ledger`: what is 
 it, which also tells "never loaded" and gives the ledger rows after the load) besides the
 lookup of the files' versions.
 
-DDL (ddl.ensure_target) runs before, outside the transaction. `checkpoint=` is the one
+`load_partitions` runs steps 2-4 for several partitions inside one such transaction (the
+ledger settled once in step 1, one target-state row and one commit in step 5): a catch-up
+over 73 scattered days is one transaction, not 73, and commits all of them or none.
+
+DDL (ddl.ensure_target) runs before, outside the transaction, once per call.
+`checkpoint=` is the one
 observer a caller gets inside the transaction: it is called with each name of CHECKPOINTS,
 and an exception it raises aborts the load there (tests crash loads that way).
 `before_merge=` runs the caller's own statements on the load's connection after the COPY
