@@ -38,10 +38,9 @@ lookup of the files' versions.
 ledger settled once in step 1, one target-state row and one commit in step 5): a catch-up
 over 73 scattered days is one transaction, not 73, and commits all of them or none.
 
-DDL (ddl.ensure_target) runs before, outside the transaction, once per call.
-`checkpoint=` is the one
-observer a caller gets inside the transaction: it is called with each name of CHECKPOINTS,
-and an exception it raises aborts the load there (tests crash loads that way).
+DDL (ddl.ensure_target) runs before, outside the transaction, once per call. `checkpoint=`
+is the one observer a caller gets inside the transaction: it is called with each name of
+CHECKPOINTS, and an exception it raises aborts the load there (tests crash loads that way).
 `before_merge=` runs the caller's own statements on the load's connection after the COPY
 and before the merge, in the same transaction (reconcile deletes keys there), so they
 commit exactly when the files' ledger rows do, and never for a file already loaded.
