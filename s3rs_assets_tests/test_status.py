@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import re
+import stat
 import uuid
+from collections import Counter
 from datetime import datetime, timedelta
 
 import pytest
@@ -16,7 +20,7 @@ from s3rs_assets import cli
 from s3rs_assets.connections import MySQLConnector
 from s3rs_assets.io_manager import store_for
 from s3rs_assets.partitions import partitions_def, window
-from s3rs_assets.status import fleet_status
+from s3rs_assets.status import LIST_AT, fleet_status
 from s3rs_assets.watermark import FileEntry, PartitionState, Position
 from s3rs_assets.watermark.record import LoadState
 from s3rs_assets_tests.conftest import _mysql_root
@@ -199,3 +203,95 @@ def test_caught_up_check_warns_for_the_tables_behind(fleet, mysql_url, s3_resour
     behind = evals[asset_key(cfgs["behind"], "redshift_table")]
     assert behind.severity == dg.AssetCheckSeverity.WARN
     assert behind.metadata["lag_seconds"].value > 3600
+
+
+@pytest.fixture
+def cached_fleet(monkeypatch, tmp_path, env, mysql_db, s3_resource):
+    """LIST_AT + 8 tables (and one empty) configured for `s3rs status`, a record cache in
+    tmp_path, and `look()`: one `s3rs status --json` with its S3 requests counted."""
+    calls = Calls(monkeypatch)
+    store = store_for(s3_resource)
+    cfgs = make_fleet([mysql_db], LIST_AT + 8, store)
+    env(cfgs)
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("S3RS_CACHE_DIR", str(cache))
+
+    def look() -> tuple[dict, Counter]:
+        r = calls.run(lambda: invoke("status", "--json"))
+        assert r.exit_code == 1, r.output  # the fleet's records were written without a load
+        return {t["table"]: t for t in json.loads(r.output)["tables"]}, calls.s3
+
+    return cfgs, store, cache, look
+
+
+def test_a_second_status_reads_only_the_changed_record(cached_fleet):
+    cfgs, store, _, look = cached_fleet
+    synced = len(cfgs) - 1
+    cold, s3 = look()
+    # one LIST finds the records (the empty table's is missing: no GET, no 404)
+    assert s3 == Counter({"HeadBucket": 1, "ListObjectsV2": 1, "GetObject": synced})
+    assert {t["state"] for t in cold.values()} == {"behind", "empty"}
+
+    warm, s3 = look()
+    assert s3 == Counter({"HeadBucket": 1, "ListObjectsV2": 1})  # every body from the cache
+    assert warm == cold
+
+    changed = cfgs[17]
+    loaded_record(store, changed, D + timedelta(hours=2, microseconds=1))
+    after, s3 = look()
+    assert s3 == Counter({"HeadBucket": 1, "ListObjectsV2": 1, "GetObject": 1})
+    assert after[changed.name]["state"] == "ok"
+    assert {k: v for k, v in after.items() if k != changed.name} == {
+        k: v for k, v in cold.items() if k != changed.name
+    }
+
+    # changed behind the cache to a body of the same size: its ETag (MD5) differs
+    other = cfgs[3]
+    key = store.layout.watermark_primary(other.name)
+    body = store.client.get_object(Bucket=store.bucket, Key=key)["Body"].read()
+    was = re.search(rb'"mysql_status":"(\w+)"', body).group(1)
+    assert len(was) == 7  # pending, running, partial, success: swap for another of 7
+    now = b"running" if was != b"running" else b"pending"
+    same_size = body.replace(b'"mysql_status":"' + was, b'"mysql_status":"' + now)
+    assert len(same_size) == len(body) and same_size != body
+    store.client.put_object(Bucket=store.bucket, Key=key, Body=same_size)
+    seen, s3 = look()
+    assert s3["GetObject"] == 1
+    assert seen[other.name]["last_result"].startswith(f"extract {now.decode()},")
+
+
+def test_a_damaged_or_unusable_cache_is_a_miss_and_holds_no_secret(
+    cached_fleet, monkeypatch, tmp_path, mysql_url
+):
+    cfgs, store, cache, look = cached_fleet
+    secret = f"sk-{uuid.uuid4().hex}"  # moto takes any key: a secret we can search for
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
+    cold, _ = look()
+    files = sorted((cache / "watermarks").iterdir())
+    assert len(files) == len(cfgs) - 1
+    assert stat.S_IMODE((cache / "watermarks").stat().st_mode) == 0o700
+    for f in files:
+        assert re.fullmatch(r"[0-9a-f]{64}\.body", f.name)  # no bucket, key or credential
+        assert stat.S_IMODE(f.stat().st_mode) == 0o600
+        text = f.read_bytes()
+        assert secret.encode() not in text and os.environ["AWS_ACCESS_KEY_ID"].encode() not in text
+        assert mysql_url.encode() not in text and store.bucket.encode() not in text
+
+    files[0].write_bytes(b"")  # truncated
+    flipped = bytearray(files[1].read_bytes())
+    flipped[len(flipped) // 2] ^= 0x01  # one bit
+    files[1].write_bytes(bytes(flipped))
+    files[2].write_bytes(b'{"schema_version": 1}')  # JSON, not the record
+    damaged, s3 = look()
+    assert s3["GetObject"] == 3 and damaged == cold
+    healed, s3 = look()
+    assert s3["GetObject"] == 0 and healed == cold
+
+    blocked = tmp_path / "not-a-dir"
+    blocked.write_text("a file where the cache directory should be")
+    monkeypatch.setenv("S3RS_CACHE_DIR", str(blocked))
+    unusable, s3 = look()
+    assert s3["GetObject"] == len(cfgs) - 1 and unusable == cold
+    monkeypatch.setenv("S3RS_CACHE_DIR", "off")
+    off, s3 = look()
+    assert s3["GetObject"] == len(cfgs) - 1 and off == cold
