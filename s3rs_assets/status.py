@@ -167,7 +167,9 @@ def fleet_status(
     newest = newest_cursors(conn, [(cfg.name, src, None) for cfg, src in live])
     names = [cfg.name for cfg, _ in live]
     etags = primary_etags(store) if len(names) >= LIST_AT else None
-    records = read_records(store, names, etags, direct=True, disk=cache)
+    # the cache answers only for a listed ETag: without a LIST it is neither read nor written
+    disk = cache if etags is not None else None
+    records = read_records(store, names, etags, direct=True, disk=disk)
     for cfg, _ in live:
         record = records[cfg.name]
         if isinstance(record, WatermarkError):

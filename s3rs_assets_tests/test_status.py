@@ -17,6 +17,7 @@ import yaml
 from click.testing import CliRunner
 
 from s3rs_assets import cli
+from s3rs_assets.body_cache import BodyCache
 from s3rs_assets.connections import MySQLConnector
 from s3rs_assets.io_manager import store_for
 from s3rs_assets.partitions import partitions_def, window
@@ -158,14 +159,20 @@ def test_status_command_json_and_exit_codes(fleet, env, monkeypatch, mysql_db):
     assert r.exit_code == 2 and ":pw@" not in r.output
 
 
-def test_status_costs_per_schema_not_per_table(monkeypatch, mysql_db, mysql_url, s3_resource):
+def test_status_costs_per_schema_not_per_table(
+    monkeypatch, mysql_db, mysql_url, s3_resource, tmp_path
+):
     calls = Calls(monkeypatch)
     store = store_for(s3_resource)
+    cache = BodyCache(tmp_path)  # below LIST_AT there is no listed ETag: neither read nor kept
     counts = []
     for n in (4, 30):
         cfgs = make_fleet([mysql_db], n, store)
+        assert len(cfgs) < LIST_AT
         with MySQLConnector(url=mysql_url).connect() as conn:
-            statuses = calls.run(lambda cfgs=cfgs, conn=conn: fleet_status(cfgs, conn, store))
+            statuses = calls.run(
+                lambda cfgs=cfgs, conn=conn: fleet_status(cfgs, conn, store, cache=cache)
+            )
         assert len(statuses) == n + 1
         # the fleet's records were written without a load: every table is behind
         assert {s.state for s in statuses} == {"behind", "empty"}
@@ -174,6 +181,7 @@ def test_status_costs_per_schema_not_per_table(monkeypatch, mysql_db, mysql_url,
     assert sql4 == sql30 <= 4  # clock, catalog (2), newest cursors (1)
     assert lists4 == lists30 == 0  # no listing, and no recovery search for the never synced
     assert (gets4, gets30) == (4 + 1, 30 + 1)  # one GET per table (the empty one's: 404)
+    assert not tmp_path.joinpath("watermarks").exists()
 
 
 def test_caught_up_check_warns_for_the_tables_behind(fleet, mysql_url, s3_resource):
