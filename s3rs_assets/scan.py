@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import date, datetime
 from typing import Any
 
-from s3rs_assets.body_cache import BodyCache
+from s3rs_assets.body_cache import Pack
 from s3rs_assets.connections import S3_POOL
 from s3rs_assets.cursor import after, below
 from s3rs_assets.errors import WatermarkError
@@ -127,7 +127,7 @@ def read_records(
     cache: RecordCache | None = None,
     search_missing: bool = False,
     direct: bool = False,
-    disk: BodyCache | None = None,
+    disk: Pack | None = None,
 ) -> dict[str, WatermarkRecord | None | WatermarkError]:
     """name -> its record, None (never synced) or the WatermarkError reading it raised.
 
@@ -136,19 +136,19 @@ def read_records(
     as a run would start from it). With `direct` (a one-off look: `s3rs status`) the
     primary itself is read, no recovery search: a missing one is None, an invalid one its
     error (restoring is the guard's job); `etags` None means no LIST was made and every
-    primary is fetched. `disk` (a `BodyCache`) answers a direct read whose listed ETag is
+    primary is fetched. `disk` (a `body_cache.Pack`) answers a direct read whose listed ETag is
     the MD5 of the body it holds, and keeps every body fetched."""
 
     def fetch(name: str, etag: str | None) -> WatermarkRecord | None | WatermarkError:
         key = store.layout.watermark_primary(name)
-        body = disk.get(store.bucket, key, etag) if disk is not None else None
+        body = disk.get(key, etag) if disk is not None else None
         if body is None:
             got = store._get(key)
             if got is None:
                 return None
             body = got.body
             if disk is not None:
-                disk.put(store.bucket, key, got.etag, body)
+                disk.put(key, got.etag, body)
         try:
             return store._parse(name, body, now)
         except WatermarkError as e:

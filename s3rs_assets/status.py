@@ -8,19 +8,20 @@ A table is behind when the lag exceeds its configured `lag` (rows newer than the
 bound wait on purpose) plus ALLOWED_SLACK (one hourly sync missed).
 
 Costs are per schema, not per table (`scan.py`): the catalog and the newest cursors in
-three MySQL queries per schema. From LIST_AT tables on, one LIST (a page per 1,000 tables)
-says which records exist and their ETags, and only those are read, by threads; with a
-`BodyCache` (the CLI's, on disk) a record whose listed ETag is the MD5 of the body kept
-from an earlier look is not read again, so a second `s3rs status` GETs only what changed.
-Below LIST_AT every record is one GET (a missing one answers 404): one round of the
-threads, which a LIST before it would only lengthen. A missing primary is "never synced":
-no recovery search (that is the guard's and a run's job). Nothing here imports Dagster or
-Spark.
+three MySQL queries per schema. From LIST_AT tables on, one LIST (a page per 1,000 tables,
+made while MySQL answers) says which records exist and their ETags, and only those are
+read, by threads; with a `BodyCache` (the CLI's, on disk) a record whose listed ETag is the
+MD5 of the body kept from an earlier look is not read again, so a second `s3rs status` GETs
+only what changed. Below LIST_AT every record is one GET (a missing one answers 404): one
+round of the threads, which a LIST before it would only lengthen. A missing primary is
+"never synced": no recovery search (that is the guard's and a run's job). Nothing here
+imports Dagster or Spark.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -154,22 +155,27 @@ def fleet_status(
     `cache` keeps record bodies between processes, checked against the listed ETags)."""
     tables = list(tables)
     now_utc = datetime.now(UTC)
-    server_now(conn)  # the connection works before anything is read
-    described = describe_many(conn, tables)
-    out: list[TableStatus] = []
-    live = []
-    for cfg in tables:
-        src = described[cfg.name]
-        if isinstance(src, SourceSchemaError):
-            out.append(TableStatus(cfg.name, "error", needs=f"fix tables.yaml or MySQL: {src}"))
-        else:
-            live.append((cfg, src))
-    newest = newest_cursors(conn, [(cfg.name, src, None) for cfg, src in live])
-    names = [cfg.name for cfg, _ in live]
-    etags = primary_etags(store) if len(names) >= LIST_AT else None
+    # the LIST (S3) runs while MySQL answers: neither waits for the other
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        listing = pool.submit(primary_etags, store) if len(tables) >= LIST_AT else None
+        server_now(conn)  # the connection works before anything is read
+        described = describe_many(conn, tables)
+        out: list[TableStatus] = []
+        live = []
+        for cfg in tables:
+            src = described[cfg.name]
+            if isinstance(src, SourceSchemaError):
+                out.append(TableStatus(cfg.name, "error", needs=f"fix tables.yaml or MySQL: {src}"))
+            else:
+                live.append((cfg, src))
+        newest = newest_cursors(conn, [(cfg.name, src, None) for cfg, src in live])
+        etags = listing.result() if listing is not None else None
     # the cache answers only for a listed ETag: without a LIST it is neither read nor written
-    disk = cache if etags is not None else None
-    records = read_records(store, names, etags, direct=True, disk=disk)
+    prefix = store.layout.watermark_tables()
+    disk = cache.pack(store.bucket, prefix) if cache and etags is not None else None
+    records = read_records(store, [cfg.name for cfg, _ in live], etags, direct=True, disk=disk)
+    if disk is not None and etags is not None:
+        disk.save({store.layout.watermark_primary(t): etag for t, etag in etags.items()})
     for cfg, _ in live:
         record = records[cfg.name]
         if isinstance(record, WatermarkError):

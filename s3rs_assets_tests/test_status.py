@@ -272,34 +272,41 @@ def test_a_damaged_or_unusable_cache_is_a_miss_and_holds_no_secret(
     cached_fleet, monkeypatch, tmp_path, mysql_url
 ):
     cfgs, store, cache, look = cached_fleet
+    synced = len(cfgs) - 1
     secret = f"sk-{uuid.uuid4().hex}"  # moto takes any key: a secret we can search for
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
     cold, _ = look()
-    files = sorted((cache / "watermarks").iterdir())
-    assert len(files) == len(cfgs) - 1
+    (pack,) = (cache / "watermarks").iterdir()  # one file for the listed prefix
+    assert re.fullmatch(r"[0-9a-f]{64}\.pack", pack.name)  # no bucket, key or credential
     assert stat.S_IMODE((cache / "watermarks").stat().st_mode) == 0o700
-    for f in files:
-        assert re.fullmatch(r"[0-9a-f]{64}\.body", f.name)  # no bucket, key or credential
-        assert stat.S_IMODE(f.stat().st_mode) == 0o600
-        text = f.read_bytes()
-        assert secret.encode() not in text and os.environ["AWS_ACCESS_KEY_ID"].encode() not in text
-        assert mysql_url.encode() not in text and store.bucket.encode() not in text
+    assert stat.S_IMODE(pack.stat().st_mode) == 0o600
+    data = pack.read_bytes()
+    for text in (secret, os.environ["AWS_ACCESS_KEY_ID"], mysql_url, store.bucket):
+        assert text.encode() not in data
 
-    files[0].write_bytes(b"")  # truncated
-    flipped = bytearray(files[1].read_bytes())
-    flipped[len(flipped) // 2] ^= 0x01  # one bit
-    files[1].write_bytes(bytes(flipped))
-    files[2].write_bytes(b'{"schema_version": 1}')  # JSON, not the record
-    damaged, s3 = look()
-    assert s3["GetObject"] == 3 and damaged == cold
-    healed, s3 = look()
-    assert s3["GetObject"] == 0 and healed == cold
+    def damaged(content: bytes) -> tuple[int, int]:
+        """GETs of the look after the pack was replaced by `content`, and of the next."""
+        pack.write_bytes(content)
+        seen, s3 = look()
+        assert seen == cold
+        gets = s3["GetObject"]
+        seen, s3 = look()  # the look before saved a whole pack again
+        assert seen == cold
+        return gets, s3["GetObject"]
+
+    flipped = bytearray(data)
+    flipped[-10] ^= 0x01  # one bit of the last body
+    assert damaged(bytes(flipped)) == (1, 0)
+    half, after = damaged(data[: len(data) // 2])  # truncated: the bodies cut off are read
+    assert 0 < half < synced and after == 0
+    assert damaged(b"not a pack") == (synced, 0)
+    assert damaged(b'{"entries": [["x", -1]]}\n') == (synced, 0)
 
     blocked = tmp_path / "not-a-dir"
     blocked.write_text("a file where the cache directory should be")
     monkeypatch.setenv("S3RS_CACHE_DIR", str(blocked))
     unusable, s3 = look()
-    assert s3["GetObject"] == len(cfgs) - 1 and unusable == cold
+    assert s3["GetObject"] == synced and unusable == cold
     monkeypatch.setenv("S3RS_CACHE_DIR", "off")
     off, s3 = look()
-    assert s3["GetObject"] == len(cfgs) - 1 and off == cold
+    assert s3["GetObject"] == synced and off == cold
