@@ -13,7 +13,9 @@ query or an S3 GET per table per look is minutes, not seconds (issue 18). So:
   a pool of S3_POOL = 32, so `s3rs status` reads with 32): more threads than connections
   would open and drop a connection per read. A long-lived process (the
   sensors' code server) keeps each record with its ETag: a record that did not change
-  since the last tick is not read again (`RecordCache`).
+  since the last tick is not read again (`RecordCache`); a CLI process (`s3rs status`)
+  keeps the bodies on disk instead (`body_cache.BodyCache`), used only when the body's MD5
+  is the ETag the LIST returned.
 
 Nothing here imports Dagster: `s3rs status` uses it from the CLI.
 """
@@ -26,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import date, datetime
 from typing import Any
 
+from s3rs_assets.body_cache import Pack
 from s3rs_assets.connections import S3_POOL
 from s3rs_assets.cursor import after, below
 from s3rs_assets.errors import WatermarkError
@@ -123,30 +126,42 @@ def read_records(
     now: datetime | None = None,
     cache: RecordCache | None = None,
     search_missing: bool = False,
+    direct: bool = False,
+    disk: Pack | None = None,
 ) -> dict[str, WatermarkRecord | None | WatermarkError]:
     """name -> its record, None (never synced) or the WatermarkError reading it raised.
 
     Read by `threads(store.client)` threads. A table with no primary in `etags` is None
     without a read, unless `search_missing` (then the store's read-only recovery answers,
-    as a run would start from it). With `etags` None every primary is fetched directly,
-    without a LIST (a one-off look: `s3rs status`); a missing one is None, an invalid one
-    its error (no recovery search: restoring is the guard's job)."""
+    as a run would start from it). With `direct` (a one-off look: `s3rs status`) the
+    primary itself is read, no recovery search: a missing one is None, an invalid one its
+    error (restoring is the guard's job); `etags` None means no LIST was made and every
+    primary is fetched. `disk` (a `body_cache.Pack`) answers a direct read whose listed ETag is
+    the MD5 of the body it holds, and keeps every body fetched."""
 
-    def direct(name: str) -> WatermarkRecord | None | WatermarkError:
-        got = store._get(store.layout.watermark_primary(name))
-        if got is None:
-            return None
+    def fetch(name: str, etag: str | None) -> WatermarkRecord | None | WatermarkError:
+        key = store.layout.watermark_primary(name)
+        body = disk.get(key, etag) if disk is not None else None
+        if body is None:
+            got = store._get(key)
+            if got is None:
+                return None
+            body = got.body
+            if disk is not None:
+                disk.put(key, got.etag, body)
         try:
-            return store._parse(name, got.body, now)
+            return store._parse(name, body, now)
         except WatermarkError as e:
             return e
 
     def one(name: str) -> WatermarkRecord | None | WatermarkError:
         if etags is None:
-            return direct(name)
+            return fetch(name, None)
         etag = etags.get(name)
         if etag is None and not search_missing:
             return None
+        if direct:
+            return fetch(name, etag)
         if etag is not None and cache is not None:
             hit = cache.get(store, name, etag)
             if hit is not None:

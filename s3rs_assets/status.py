@@ -8,21 +8,29 @@ A table is behind when the lag exceeds its configured `lag` (rows newer than the
 bound wait on purpose) plus ALLOWED_SLACK (one hourly sync missed).
 
 Costs are per schema, not per table (`scan.py`): the catalog and the newest cursors in
-three MySQL queries per schema, one GET per table by threads (no LIST: every record is
-read anyway, and a missing one answers 404). A missing primary is "never synced": no
-recovery search (that is the guard's and a run's job). Nothing here imports Dagster or Spark.
+three MySQL queries per schema. From LIST_AT tables on, one LIST (a page per 1,000 tables,
+made while MySQL answers) says which records exist and their ETags, and only those are
+read, by threads; with a `BodyCache` (the CLI's, on disk) a record whose listed ETag is the
+MD5 of the body kept from an earlier look is not read again, so a second `s3rs status` GETs
+only what changed. Below LIST_AT every record is one GET (a missing one answers 404): one
+round of the threads, which a LIST before it would only lengthen. A missing primary is
+"never synced": no recovery search (that is the guard's and a run's job). Nothing here
+imports Dagster or Spark.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from s3rs_assets.body_cache import BodyCache
 from s3rs_assets.config import TableConfig
+from s3rs_assets.connections import S3_POOL
 from s3rs_assets.errors import SourceSchemaError, WatermarkError
-from s3rs_assets.scan import newest_cursors, read_records
+from s3rs_assets.scan import newest_cursors, primary_etags, read_records
 from s3rs_assets.source import describe_many, server_now
 from s3rs_assets.watermark.record import WatermarkRecord
 from s3rs_assets.watermark.store import WatermarkStore
@@ -31,6 +39,9 @@ from s3rs_assets.watermark.store import WatermarkStore
 ALLOWED_SLACK = timedelta(hours=1)
 #: states that make `s3rs status` exit 1 (a person should look)
 BAD = ("behind", "failed", "never_synced")
+#: from this many tables on, records are found by one LIST (and their ETags checked against
+#: the body cache); fewer are one round of GETs by the client's S3_POOL threads
+LIST_AT = S3_POOL
 
 
 @dataclass
@@ -134,23 +145,37 @@ def table_status(
 
 
 def fleet_status(
-    tables: Sequence[TableConfig], conn: Any, store: WatermarkStore
+    tables: Sequence[TableConfig],
+    conn: Any,
+    store: WatermarkStore,
+    *,
+    cache: BodyCache | None = None,
 ) -> list[TableStatus]:
-    """Every table's status, most behind first (see the module docstring for the costs)."""
+    """Every table's status, most behind first (see the module docstring for the costs;
+    `cache` keeps record bodies between processes, checked against the listed ETags)."""
     tables = list(tables)
     now_utc = datetime.now(UTC)
-    server_now(conn)  # the connection works before anything is read
-    described = describe_many(conn, tables)
-    out: list[TableStatus] = []
-    live = []
-    for cfg in tables:
-        src = described[cfg.name]
-        if isinstance(src, SourceSchemaError):
-            out.append(TableStatus(cfg.name, "error", needs=f"fix tables.yaml or MySQL: {src}"))
-        else:
-            live.append((cfg, src))
-    newest = newest_cursors(conn, [(cfg.name, src, None) for cfg, src in live])
-    records = read_records(store, [cfg.name for cfg, _ in live], None)  # GETs, no LIST
+    # the LIST (S3) runs while MySQL answers: neither waits for the other
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        listing = pool.submit(primary_etags, store) if len(tables) >= LIST_AT else None
+        server_now(conn)  # the connection works before anything is read
+        described = describe_many(conn, tables)
+        out: list[TableStatus] = []
+        live = []
+        for cfg in tables:
+            src = described[cfg.name]
+            if isinstance(src, SourceSchemaError):
+                out.append(TableStatus(cfg.name, "error", needs=f"fix tables.yaml or MySQL: {src}"))
+            else:
+                live.append((cfg, src))
+        newest = newest_cursors(conn, [(cfg.name, src, None) for cfg, src in live])
+        etags = listing.result() if listing is not None else None
+    # the cache answers only for a listed ETag: without a LIST it is neither read nor written
+    prefix = store.layout.watermark_tables()
+    disk = cache.pack(store.bucket, prefix) if cache and etags is not None else None
+    records = read_records(store, [cfg.name for cfg, _ in live], etags, direct=True, disk=disk)
+    if disk is not None and etags is not None:
+        disk.save({store.layout.watermark_primary(t): etag for t, etag in etags.items()})
     for cfg, _ in live:
         record = records[cfg.name]
         if isinstance(record, WatermarkError):

@@ -34,6 +34,13 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="session", autouse=True)
+def _record_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    # `s3rs status` keeps record bodies in ~/.cache/s3rs by default (body_cache.py): the
+    # tests' own, thrown away with the session (a test that counts GETs sets its own).
+    os.environ["S3RS_CACHE_DIR"] = str(tmp_path_factory.mktemp("s3rs-cache"))
+
+
+@pytest.fixture(scope="session", autouse=True)
 def _python_for_spark() -> None:
     # Spark's Python workers must run this interpreter (pyarrow lives in the venv).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

@@ -133,11 +133,16 @@ def test_reconcile(bench_schema: str, tmp_path: Path) -> None:
 def test_fleet_scan(bench_schema: str, tmp_path: Path) -> None:
     doc, stdout = run_suite("fleet_scan", bench_schema, tmp_path)
     assert {ln["key"] for ln in doc["lines"]} == {
-        "new_data_cold", "new_data_warm", "guard", "status"}
+        "new_data_cold", "new_data_warm", "guard_cold", "guard",
+        "status", "status_warm", "status_one_changed"}
     assert all(ln["seconds"] > 0 for ln in doc["lines"])
     # 2 of every 20 tables: one empty, one with rows and no record (a run each)
-    assert doc["status_states"] == {"ok": 36, "empty": 2, "never_synced": 2}
+    states = {"ok": 36, "empty": 2, "never_synced": 2}
+    assert doc["status_states"] == {
+        "cold": states, "warm": states, "warm, one record changed": states}
     assert doc["run_requests"]["new_data"] == 2
     warm = doc["calls"]["new_data_warm"]
     assert warm["s3"].get("GetObject", 0) <= 2 * 2  # the never-synced' copies only
-    assert "s3rs status:" in stdout
+    guard = doc["calls"]["guard"]
+    assert guard["s3"].get("GetObject", 0) <= 2 * 4  # the validated primaries are not read
+    assert "s3rs status, cold:" in stdout and "s3rs status, warm:" in stdout

@@ -18,10 +18,10 @@ import pymysql
 import pytest
 
 from s3rs_assets.io_manager import store_for
-from s3rs_assets.names import NEW_DATA, TABLE_TAG, WATERMARK_GUARD
+from s3rs_assets.names import NEW_DATA, TABLE_TAG, WATERMARK_GUARD, asset_key
 from s3rs_assets_tests.conftest import _mysql_root
 from s3rs_assets_tests.helpers import insert_rows, make_ties_table, table_cfg, ties
-from s3rs_assets_tests.test_sensors import Sensors, res_for, write_record
+from s3rs_assets_tests.test_sensors import Sensors, res_for, restoring_tick, write_record
 
 D = datetime(2025, 3, 4)
 
@@ -150,5 +150,21 @@ def test_guard_reads_every_record_once(
     with dg.instance_for_test() as instance:
         s = Sensors(cfgs, instance, res_for(mysql_url, s3_resource))
         tick = calls.run(lambda: s.tick(WATERMARK_GUARD))
-    assert "20 valid, 2 never synced" in tick.skip_message
-    assert calls.s3["GetObject"] <= 20 + 2 * 4  # never-synced tables search their copies
+        assert "20 valid, 2 never synced" in tick.skip_message
+        assert calls.s3["GetObject"] <= 20 + 2 * 4  # never-synced tables search their copies
+        first_lists = calls.s3["ListObjectsV2"]
+
+        # the next tick: the primaries validated by their ETag are not read again, only
+        # the never-synced tables' search is repeated (and the LIST of the primaries)
+        again = calls.run(lambda: s.tick(WATERMARK_GUARD))
+        assert "20 valid, 2 never synced" in again.skip_message
+        assert calls.s3["GetObject"] <= 2 * 4
+        assert calls.s3["ListObjectsV2"] == first_lists
+
+        # a primary damaged between ticks has another ETag: read, and restored
+        broken = cfgs[7]
+        key = store.layout.watermark_primary(broken.name)
+        store.client.put_object(Bucket=store.bucket, Key=key, Body=b'{"not": "a record"}')
+        message, _ = restoring_tick(s, asset_key(broken, "s3_parquet"))
+        assert f"RECOVERED {broken.name}" in message and "19 valid" in message
+        assert store.read(broken.name, fresh=True) is not None

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import re
+import stat
 import uuid
+from collections import Counter
 from datetime import datetime, timedelta
 
 import pytest
@@ -13,10 +17,11 @@ import yaml
 from click.testing import CliRunner
 
 from s3rs_assets import cli
+from s3rs_assets.body_cache import BodyCache
 from s3rs_assets.connections import MySQLConnector
 from s3rs_assets.io_manager import store_for
 from s3rs_assets.partitions import partitions_def, window
-from s3rs_assets.status import fleet_status
+from s3rs_assets.status import LIST_AT, fleet_status
 from s3rs_assets.watermark import FileEntry, PartitionState, Position
 from s3rs_assets.watermark.record import LoadState
 from s3rs_assets_tests.conftest import _mysql_root
@@ -154,14 +159,20 @@ def test_status_command_json_and_exit_codes(fleet, env, monkeypatch, mysql_db):
     assert r.exit_code == 2 and ":pw@" not in r.output
 
 
-def test_status_costs_per_schema_not_per_table(monkeypatch, mysql_db, mysql_url, s3_resource):
+def test_status_costs_per_schema_not_per_table(
+    monkeypatch, mysql_db, mysql_url, s3_resource, tmp_path
+):
     calls = Calls(monkeypatch)
     store = store_for(s3_resource)
+    cache = BodyCache(tmp_path)  # below LIST_AT there is no listed ETag: neither read nor kept
     counts = []
     for n in (4, 30):
         cfgs = make_fleet([mysql_db], n, store)
+        assert len(cfgs) < LIST_AT
         with MySQLConnector(url=mysql_url).connect() as conn:
-            statuses = calls.run(lambda cfgs=cfgs, conn=conn: fleet_status(cfgs, conn, store))
+            statuses = calls.run(
+                lambda cfgs=cfgs, conn=conn: fleet_status(cfgs, conn, store, cache=cache)
+            )
         assert len(statuses) == n + 1
         # the fleet's records were written without a load: every table is behind
         assert {s.state for s in statuses} == {"behind", "empty"}
@@ -170,6 +181,7 @@ def test_status_costs_per_schema_not_per_table(monkeypatch, mysql_db, mysql_url,
     assert sql4 == sql30 <= 4  # clock, catalog (2), newest cursors (1)
     assert lists4 == lists30 == 0  # no listing, and no recovery search for the never synced
     assert (gets4, gets30) == (4 + 1, 30 + 1)  # one GET per table (the empty one's: 404)
+    assert not tmp_path.joinpath("watermarks").exists()
 
 
 def test_caught_up_check_warns_for_the_tables_behind(fleet, mysql_url, s3_resource):
@@ -199,3 +211,102 @@ def test_caught_up_check_warns_for_the_tables_behind(fleet, mysql_url, s3_resour
     behind = evals[asset_key(cfgs["behind"], "redshift_table")]
     assert behind.severity == dg.AssetCheckSeverity.WARN
     assert behind.metadata["lag_seconds"].value > 3600
+
+
+@pytest.fixture
+def cached_fleet(monkeypatch, tmp_path, env, mysql_db, s3_resource):
+    """LIST_AT + 8 tables (and one empty) configured for `s3rs status`, a record cache in
+    tmp_path, and `look()`: one `s3rs status --json` with its S3 requests counted."""
+    calls = Calls(monkeypatch)
+    store = store_for(s3_resource)
+    cfgs = make_fleet([mysql_db], LIST_AT + 8, store)
+    env(cfgs)
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("S3RS_CACHE_DIR", str(cache))
+
+    def look() -> tuple[dict, Counter]:
+        r = calls.run(lambda: invoke("status", "--json"))
+        assert r.exit_code == 1, r.output  # the fleet's records were written without a load
+        return {t["table"]: t for t in json.loads(r.output)["tables"]}, calls.s3
+
+    return cfgs, store, cache, look
+
+
+def test_a_second_status_reads_only_the_changed_record(cached_fleet):
+    cfgs, store, _, look = cached_fleet
+    synced = len(cfgs) - 1
+    cold, s3 = look()
+    # one LIST finds the records (the empty table's is missing: no GET, no 404)
+    assert s3 == Counter({"HeadBucket": 1, "ListObjectsV2": 1, "GetObject": synced})
+    assert {t["state"] for t in cold.values()} == {"behind", "empty"}
+
+    warm, s3 = look()
+    assert s3 == Counter({"HeadBucket": 1, "ListObjectsV2": 1})  # every body from the cache
+    assert warm == cold
+
+    changed = cfgs[17]
+    loaded_record(store, changed, D + timedelta(hours=2, microseconds=1))
+    after, s3 = look()
+    assert s3 == Counter({"HeadBucket": 1, "ListObjectsV2": 1, "GetObject": 1})
+    assert after[changed.name]["state"] == "ok"
+    assert {k: v for k, v in after.items() if k != changed.name} == {
+        k: v for k, v in cold.items() if k != changed.name
+    }
+
+    # changed behind the cache to a body of the same size: its ETag (MD5) differs
+    other = cfgs[3]
+    key = store.layout.watermark_primary(other.name)
+    body = store.client.get_object(Bucket=store.bucket, Key=key)["Body"].read()
+    was = re.search(rb'"mysql_status":"(\w+)"', body).group(1)
+    assert len(was) == 7  # pending, running, partial, success: swap for another of 7
+    now = b"running" if was != b"running" else b"pending"
+    same_size = body.replace(b'"mysql_status":"' + was, b'"mysql_status":"' + now)
+    assert len(same_size) == len(body) and same_size != body
+    store.client.put_object(Bucket=store.bucket, Key=key, Body=same_size)
+    seen, s3 = look()
+    assert s3["GetObject"] == 1
+    assert seen[other.name]["last_result"].startswith(f"extract {now.decode()},")
+
+
+def test_a_damaged_or_unusable_cache_is_a_miss_and_holds_no_secret(
+    cached_fleet, monkeypatch, tmp_path, mysql_url
+):
+    cfgs, store, cache, look = cached_fleet
+    synced = len(cfgs) - 1
+    secret = f"sk-{uuid.uuid4().hex}"  # moto takes any key: a secret we can search for
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
+    cold, _ = look()
+    (pack,) = (cache / "watermarks").iterdir()  # one file for the listed prefix
+    assert re.fullmatch(r"[0-9a-f]{64}\.pack", pack.name)  # no bucket, key or credential
+    assert stat.S_IMODE((cache / "watermarks").stat().st_mode) == 0o700
+    assert stat.S_IMODE(pack.stat().st_mode) == 0o600
+    data = pack.read_bytes()
+    for text in (secret, os.environ["AWS_ACCESS_KEY_ID"], mysql_url, store.bucket):
+        assert text.encode() not in data
+
+    def damaged(content: bytes) -> tuple[int, int]:
+        """GETs of the look after the pack was replaced by `content`, and of the next."""
+        pack.write_bytes(content)
+        seen, s3 = look()
+        assert seen == cold
+        gets = s3["GetObject"]
+        seen, s3 = look()  # the look before saved a whole pack again
+        assert seen == cold
+        return gets, s3["GetObject"]
+
+    flipped = bytearray(data)
+    flipped[-10] ^= 0x01  # one bit of the last body
+    assert damaged(bytes(flipped)) == (1, 0)
+    half, after = damaged(data[: len(data) // 2])  # truncated: the bodies cut off are read
+    assert 0 < half < synced and after == 0
+    assert damaged(b"not a pack") == (synced, 0)
+    assert damaged(b'{"entries": [["x", -1]]}\n') == (synced, 0)
+
+    blocked = tmp_path / "not-a-dir"
+    blocked.write_text("a file where the cache directory should be")
+    monkeypatch.setenv("S3RS_CACHE_DIR", str(blocked))
+    unusable, s3 = look()
+    assert s3["GetObject"] == synced and unusable == cold
+    monkeypatch.setenv("S3RS_CACHE_DIR", "off")
+    off, s3 = look()
+    assert s3["GetObject"] == synced and off == cold

@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from s3rs_assets.body_cache import BodyCache
 from s3rs_assets.cli.common import _mysql, _s3_checked, _store, _tables, echo, friendly_errors
 from s3rs_assets.config import load_tables
 from s3rs_assets.status import exit_code, fleet_status, human_lag
@@ -23,15 +24,23 @@ _COLUMNS = ("TABLE", "STATE", "LAG", "NEWEST MYSQL", "NEWEST LOADED", "LAST RUN"
     help="schema.table (repeatable); default every configured table.",
 )
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per table, for monitoring.")
+@click.option(
+    "--no-cache",
+    is_flag=True,
+    help="Read every record from S3, not from the local record cache (S3RS_CACHE_DIR).",
+)
 @friendly_errors
-def status(names: tuple[str, ...], as_json: bool) -> None:
+def status(names: tuple[str, ...], as_json: bool, no_cache: bool) -> None:
     """Every table's lag behind MySQL, last run and what needs a person."""
     tables = _tables(names) if names else load_tables()
     if not tables:
         raise click.UsageError("no tables configured")
     store = _store(_s3_checked())
+    # a process starts with no memory: record bodies are kept on disk, used only when their
+    # MD5 is the ETag S3 lists (body_cache.py)
+    cache = None if no_cache else BodyCache.from_env(store.client.meta.endpoint_url)
     with _mysql().connect() as conn:
-        statuses = fleet_status(tables, conn, store)
+        statuses = fleet_status(tables, conn, store, cache=cache)
     code = exit_code(statuses)
     if as_json:
         echo(json.dumps({"exit_code": code, "tables": [s.as_json() for s in statuses]}, indent=2))

@@ -7,6 +7,12 @@ table with no copy anywhere was never synced, which is fine. When no valid copy 
 the guard names the table and the `s3rs watermark set` command; it never resets
 anything itself. A tick that restored a record fails with its message (Dagster shows any
 tick without runs as SKIPPED); every other tick's message is its skip reason.
+
+A tick LISTs the primaries once (a page per 1,000 tables). The code server outlives its
+ticks: a primary whose listed ETag is the one this process validated (with the MySQL
+clock) on an earlier tick holds the same bytes, so it is valid again without a GET
+(`_VALIDATED`); a changed, missing or never-validated one is read and recovered as before.
+The clock only moves on, so a cursor that was not in its future still is not.
 """
 
 from __future__ import annotations
@@ -30,16 +36,18 @@ from s3rs_assets.names import (
     asset_key,
 )
 from s3rs_assets.resources import MySQLResource, S3Resource
-from s3rs_assets.scan import WORKERS
+from s3rs_assets.scan import WORKERS, RecordCache, primary_etags
 from s3rs_assets.sensors.common import clip
 from s3rs_assets.source import (
     server_now,
 )
 from s3rs_assets.watermark import iso
 from s3rs_assets.watermark.reports import RecoveryReport
-from s3rs_assets.watermark.store import WatermarkStore
+from s3rs_assets.watermark.store import S3_ERRORS, WatermarkStore
 
 GUARD_WORKERS = WORKERS  # concurrent record reads per tick (2,000 tables: issue 18)
+#: primaries this process validated, by ETag (module docstring)
+_VALIDATED = RecordCache()
 
 
 @dataclass
@@ -80,6 +88,19 @@ def check_watermark(store: WatermarkStore, table: str, now: datetime | None) -> 
     )
 
 
+def check_listed(
+    store: WatermarkStore, table: str, etag: str | None, now: datetime | None
+) -> WatermarkCheck:
+    """`check_watermark`, unless the listed `etag` is one this process validated."""
+    if etag is not None and now is not None and _VALIDATED.get(store, table, etag) is not None:
+        return WatermarkCheck(table, "valid", "primary valid (unchanged since validated)")
+    c = check_watermark(store, table, now)
+    report = c.report
+    if now is not None and report is not None and report.etag and report.record is not None:
+        _VALIDATED.put(store, table, report.etag, report.record)
+    return c
+
+
 def _fingerprint(text: str) -> str:
     return hashlib.sha1(text.encode()).hexdigest()[:12]
 
@@ -111,10 +132,16 @@ def build_watermark_guard(tables: Sequence[TableConfig]) -> dg.SensorDefinition:
             now, clock_note = None, f" (MySQL clock not read, future-cursor check skipped: {e})"
         store = store_for(s3, instance=context.instance)
         reported: dict[str, str] = json.loads(context.cursor) if context.cursor else {}
+        try:
+            listed = primary_etags(store)
+        except S3_ERRORS:
+            listed = {}  # every table is read, and says what fails
         # S3 round trips dominate: records are read by GUARD_WORKERS threads (the store is
         # thread-safe), the report below stays in table order.
         with ThreadPoolExecutor(max_workers=GUARD_WORKERS) as pool:
-            checks = list(pool.map(lambda name: check_watermark(store, name, now), by_name))
+            checks = list(
+                pool.map(lambda name: check_listed(store, name, listed.get(name), now), by_name)
+            )
         events: list[dg.AssetObservation] = []
         for c in checks:
             key = asset_key(by_name[c.table], "s3_parquet")
