@@ -21,6 +21,7 @@ driver messages are scrubbed of the password before they are re-raised.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
@@ -101,7 +102,7 @@ class MySQLConnector:
             if host != p.host or port != p.port:
                 via = " through the SSH tunnel"
             try:
-                return pymysql.connect(
+                return _mysql_connection_class()(
                     host=host,
                     port=port,
                     user=p.user,
@@ -121,6 +122,28 @@ class MySQLConnector:
                     f"cannot connect to MySQL at {p.redacted()}{via}: {e.args[-1]}"
                 ) from None
         raise AssertionError("unreachable")
+
+
+@functools.cache
+def _mysql_connection_class() -> type[pymysql.connections.Connection]:
+    """pymysql's Connection, with the TLS context of its default (preferred, unverified)
+    mode built once per process: pymysql builds a new one per connection, and each loads
+    the system's CA store (~30 ms; a reconcile pass opens five connections) only to set
+    CERT_NONE. Explicit TLS options still get their own context, as before."""
+    import pymysql
+
+    class Connection(pymysql.connections.Connection):
+        _preferred_ctx: Any = None
+
+        def _create_ssl_ctx(self, sslp: Any) -> Any:
+            if isinstance(sslp, dict) and not sslp:  # no TLS option given: preferred mode
+                cls = type(self)
+                if cls._preferred_ctx is None:  # a race builds two alike: harmless
+                    cls._preferred_ctx = super()._create_ssl_ctx(sslp)
+                return cls._preferred_ctx
+            return super()._create_ssl_ctx(sslp)
+
+    return Connection
 
 
 @dataclass

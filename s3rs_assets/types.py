@@ -16,7 +16,7 @@ NULL and are counted (`zero_dates_expr`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from s3rs_assets.errors import SourceSchemaError
@@ -44,6 +44,9 @@ class SourceColumn:
     char_length: int | None = None
     precision: int | None = None
     scale: int | None = None
+    #: CHARACTER_SET_NAME, lower case (None: not a text column, or not read): reconcile
+    #: skips converting a column already in UTF-8; not part of equality (catalog detail)
+    charset: str | None = field(default=None, compare=False)
 
     @property
     def unsigned(self) -> bool:

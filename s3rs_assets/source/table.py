@@ -58,7 +58,7 @@ class SourceTable:
 
 _COLUMNS_SQL = (
     "SELECT TABLE_NAME, COLUMN_NAME, LOWER(DATA_TYPE), LOWER(COLUMN_TYPE), IS_NULLABLE, "
-    "CHARACTER_MAXIMUM_LENGTH, NUMERIC_PRECISION, NUMERIC_SCALE "
+    "CHARACTER_MAXIMUM_LENGTH, NUMERIC_PRECISION, NUMERIC_SCALE, LOWER(CHARACTER_SET_NAME) "
     "FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME IN ({names}) "
     "ORDER BY TABLE_NAME, ORDINAL_POSITION"
 )
@@ -110,7 +110,7 @@ def describe_many(
 
 def from_catalog(cfg: TableConfig, rows: list[tuple], indexes: list[tuple]) -> SourceTable:
     """The checks of `describe` on catalog rows already read: `rows` are (name, data type,
-    column type, nullable, char length, precision, scale) in ordinal order, `indexes` are
+    column type, nullable, char length, precision, scale[, charset]) in ordinal order, `indexes` are
     (index name, position in index, column). Long on purpose: the catalog checks in the
     order an operator fixes them; each failure names its column."""
     if not rows:
@@ -126,6 +126,7 @@ def from_catalog(cfg: TableConfig, rows: list[tuple], indexes: list[tuple]) -> S
             char_length=r[4],
             precision=r[5],
             scale=r[6],
+            charset=r[7] if len(r) > 7 else None,
         )
         for r in rows
     ]
