@@ -167,6 +167,9 @@ class Prepared:
     lost: dict[str, list[str]] = field(default_factory=dict)
     #: file versions the warehouse ledger holds for the target as it is now
     loaded_files: int = 0
+    #: the bound was held back by another thread's transaction or statement (runs started
+    #: later may read past it: `s3rs sync` plans once more after them)
+    held: bool = False
 
 
 def mirrored(record: WatermarkRecord) -> Loaded:
@@ -276,6 +279,7 @@ def prepare(
     backup_work: list[str] = []
     found = Scan([], [])
     bound = None
+    held = False
     with ExitStack() as stack:
         # MySQL first: a misspelt column, a refused login or a zone mismatch stops the sync
         # before the ledger's truth is written into the record (exit 2 changes nothing)
@@ -283,7 +287,9 @@ def prepare(
         if conn is not None:
             src = describe(conn, table)
             check_clock(conn, src)  # a zone mismatch stops here, before any probe or write
-            bound = safety_bound(conn, table.lag, whole_days=src.cursor_is_date).upper
+            sb = safety_bound(conn, table.lag, whole_days=src.cursor_is_date)
+            bound = sb.upper
+            held = any(b.started < sb.server_now - sb.lag for b in sb.blockers)
         record = store.read(table.name, fresh=True)
         loaded: Loaded = set()
         lost: dict[str, list[str]] = {}
@@ -309,4 +315,4 @@ def prepare(
     backup_work = found.work
     load_work = list(unloaded(record, loaded)) if "load" in stages else []
     plans = plan_work(table, record, stages, backup_work, load_work)
-    return Prepared(plans, len(found.empty), found.probes, bound, lost, len(loaded))
+    return Prepared(plans, len(found.empty), found.probes, bound, lost, len(loaded), held)

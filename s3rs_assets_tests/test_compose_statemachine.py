@@ -591,3 +591,45 @@ def test_example_backup_only_after_s3clean_force_reads_the_lost_files_again(worl
         ("s3clean_force", {}),
         ("sync_backup_only", {}),
     ])
+
+
+def test_example_a_plan_held_back_by_another_transaction_is_made_again(world, monkeypatch):
+    """Found by the state machine (example 67 of a run on main, with a benchmark writing to
+    the same server): another thread's open transaction held the sync's plan back, so
+    today's partition, whose new rows all lay above that bound, got no run; the transaction
+    ended before the run for the older partitions started, which read to a later bound and
+    printed none. The sync exited 0 with rows committed before it started neither copied
+    nor said to wait. A plan made under a held-back bound is now made once more after its
+    runs."""
+    import s3rs_assets.cli.sync as cli_sync
+
+    Composition.world = world
+    Composition.monkeypatch = monkeypatch
+    m = Composition()
+    m.start(n=9, stamps=4)
+    writer = world.mysql()  # autocommit, but BEGIN opens a transaction until COMMIT
+    try:
+        with writer.cursor() as cur:
+            cur.execute("BEGIN")
+            cur.execute(
+                f"INSERT INTO `{world.table}` (id, update_at, amount, note) "
+                "VALUES (5000, NOW(6), 1, 'held')"
+            )
+        time.sleep(0.2)
+        m.insert(k=3, data=Draw([1001, 1002, 1003]))
+        real, held = cli_sync._prepare, []
+
+        def prepare_then_commit(*args, **kwargs):
+            prepared = real(*args, **kwargs)
+            held.append(prepared.held)
+            if len(held) == 1:
+                writer.commit()  # the transaction ends between the plan and its runs
+            return prepared
+
+        monkeypatch.setattr(cli_sync, "_prepare", prepare_then_commit)
+        m.sync_both()
+        assert held == [True, False], held
+        assert {1001, 1002, 1003, 5000} <= set(world.warehouse_rows())
+    finally:
+        writer.close()
+        m.teardown()

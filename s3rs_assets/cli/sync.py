@@ -158,14 +158,9 @@ def _sync_table(
     printed. Safe to run for several tables at once: it builds its own watermark store and
     MySQL connection, and prints only lines starting with the table's name."""
     store = _store(s3)
-    try:
-        prepared = _prepare(table, stages, store, s3)
-    except S3rsError as e:  # configuration, or a service it could not use: nothing ran
-        echo(f"{table.name}: error before any run: {e}", err=True, fg="red")
-        return UNUSABLE
-    except Exception as e:  # noqa: BLE001 - this table fails, the others still run
-        echo(f"{table.name}: FAILED before any run: {e}", err=True, fg="red")
-        return FAILED
+    code, prepared = _prepared(table, stages, store, s3)
+    if prepared is None:
+        return code
     for partition, keys in prepared.lost.items():
         echo(
             f"{table.name}: {len(keys)} unloaded file(s) of partition {partition} are no "
@@ -192,6 +187,49 @@ def _sync_table(
         if "backup" in stages:
             _report_waiting(ctx, table, prepared.bound)
         return OK
+    code, budget = _run_plans(ctx, table, prepared, limit, inst=inst, s3=s3, tty=tty,
+                              store=store)
+    if code != OK or not prepared.held or budget == 0:
+        return code
+    # The plan's bound was held back by another thread's transaction: partitions whose rows
+    # all lay above it got no run, while the runs themselves read to a later bound. Plan
+    # once more, so rows committed before this sync are read now, or said to wait.
+    again, prepared = _prepared(table, stages, store, s3)
+    if prepared is None:
+        return again
+    if not prepared.plans:
+        if "backup" in stages and prepared.held:
+            _report_waiting(ctx, table, prepared.bound)
+        return OK
+    return _run_plans(ctx, table, prepared, budget, inst=inst, s3=s3, tty=tty, store=store)[0]
+
+
+def _prepared(
+    table: TableConfig, stages: tuple[str, ...], store: Any, s3: Any
+) -> tuple[int, Any]:
+    """`_prepare`, its failures printed: (OK, prepared) or (exit code, None)."""
+    try:
+        return OK, _prepare(table, stages, store, s3)
+    except S3rsError as e:  # configuration, or a service it could not use: nothing ran
+        echo(f"{table.name}: error before any run: {e}", err=True, fg="red")
+        return UNUSABLE, None
+    except Exception as e:  # noqa: BLE001 - this table fails, the others still run
+        echo(f"{table.name}: FAILED before any run: {e}", err=True, fg="red")
+        return FAILED, None
+
+
+def _run_plans(
+    ctx: click.Context,
+    table: TableConfig,
+    prepared: Any,
+    limit: int | None,
+    *,
+    inst: Any,
+    s3: Any,
+    tty: bool,
+    store: Any,
+) -> tuple[int, int | None]:
+    """Launch `prepared`'s runs in order: (exit code, rows left of --limit; 0 when used up)."""
     budget = limit
     checks_failed = False
     for plan in prepared.plans:
@@ -205,7 +243,7 @@ def _sync_table(
         except Exception as e:  # noqa: BLE001 - one table's failure must not stop others
             monitor.stop()
             echo(f"{table.name}: FAILED before the run started: {e}", err=True, fg="red")
-            return FAILED
+            return FAILED, budget
         monitor.stop()
         retries = run_retries(result)
         after = f" after {retries} retr{'y' if retries == 1 else 'ies'}" if retries else ""
@@ -213,7 +251,7 @@ def _sync_table(
             echo(f"{table.name}: run {result.run_id} FAILED{after}", err=True, fg="red")
             for reason in failure_reasons(result):
                 echo(f"  {table.name}: {reason}", err=True, fg="red")
-            return FAILED
+            return FAILED, budget
         if _failed_checks(ctx, table, result):
             # the data moved and the finding is printed: the table's other runs still move
             # theirs (a late row in one old partition must not hold back every new one)
@@ -226,8 +264,8 @@ def _sync_table(
             budget -= max(0, _rows_extracted(store, table) - before)
             if budget <= 0:
                 echo(f"{table.name}: --limit {limit:,} reached; the next sync resumes there")
-                break
-    return FAILED if checks_failed else OK
+                return (FAILED if checks_failed else OK), 0
+    return (FAILED if checks_failed else OK), budget
 
 
 def _report_timings(ctx: click.Context, table: TableConfig, result: Any, monitor: Any) -> None:
