@@ -210,10 +210,37 @@ class S3Resource(dagster_aws.s3.S3Resource):
     _client: Any = PrivateAttr(default=None)
 
     def client(self) -> Any:
-        """One boto3 client per resource instance (clients are thread-safe)."""
+        """One S3 client per resource instance (clients are thread-safe)."""
         if self._client is None:
             self._client = self.get_client()
         return self._client
+
+    def get_client(self) -> Any:
+        """dagster-aws's client (same fields, standard-mode retries), built from a botocore
+        session sharing the process's parsed S3 models (connections._s3_loader): dagster-aws
+        builds a boto3 session and resource per client, ~60 ms each, and a run has two
+        resource instances besides the CLI's. A botocore client, as S3Connector's: s3rs
+        uses none of the methods boto3 adds (managed transfers)."""
+        from botocore.config import Config
+
+        from s3rs_assets.connections import _s3_session
+
+        client = _s3_session(self.profile_name).create_client(
+            "s3",
+            region_name=self.region_name,
+            use_ssl=self.use_ssl,
+            verify=self.verify,
+            endpoint_url=self.endpoint_url,
+            aws_access_key_id=self.aws_access_key_id,
+            aws_secret_access_key=self.aws_secret_access_key,
+            aws_session_token=self.aws_session_token,
+            config=Config(retries={"max_attempts": self.max_attempts, "mode": "standard"}),
+        )
+        if self.use_unsigned_session:
+            from botocore.handlers import disable_signing
+
+            client.meta.events.register("choose-signer.s3.*", disable_signing)
+        return client
 
     def task_config(self) -> dict[str, Any]:
         """What a Spark task needs to build its own client (it may run on another host):

@@ -1,0 +1,64 @@
+"""S3 clients share the process's parsed S3 models (issue 19: a 1,000-row increment in
+<= 1.5 s). dagster-aws built a boto3 session and resource per client, ~60 ms each, and one
+`s3rs sync` run builds three (the CLI's, the run's S3 resource's and its IO manager's).
+Counted, not timed: how often botocore reads a model file, against the moto server."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+from botocore.loaders import JSONFileLoader
+
+from s3rs_assets.connections import S3Connector
+from s3rs_assets.resources import S3Resource
+
+
+@pytest.fixture
+def file_reads(monkeypatch: pytest.MonkeyPatch) -> Counter:
+    """botocore's model file reads, by file name."""
+    seen: Counter = Counter()
+    load = JSONFileLoader.load_file
+
+    def counting(self: Any, file_path: str) -> Any:
+        seen[file_path.rsplit("/", 1)[-1]] += 1
+        return load(self, file_path)
+
+    monkeypatch.setattr(JSONFileLoader, "load_file", counting)
+    return seen
+
+
+def test_clients_of_fresh_resources_read_the_models_at_most_once(bucket: str,
+                                                                  file_reads: Counter):
+    first = S3Resource(bucket=bucket).client()  # may read them: the process's first client
+    first.list_objects_v2(Bucket=bucket)
+    file_reads.clear()
+    clients = [S3Resource(bucket=bucket).client() for _ in range(3)]
+    clients.append(S3Connector(bucket=bucket).client())
+    for c in clients:
+        c.put_object(Bucket=bucket, Key="k", Body=b"x")
+        assert c.get_object(Bucket=bucket, Key="k")["Body"].read() == b"x"
+    assert sum(file_reads.values()) == 0, file_reads
+    assert len({id(c) for c in [first, *clients]}) == 5  # distinct clients
+
+
+def test_a_hook_on_one_client_stays_on_it(bucket: str):
+    """Tests (and s3rs) register botocore hooks on a client: sharing models must not share
+    hooks between clients."""
+    a, b = S3Resource(bucket=bucket).client(), S3Resource(bucket=bucket).client()
+    calls: list[str] = []
+    a.meta.events.register("before-send.s3.PutObject", lambda **_: calls.append("a"))
+    b.put_object(Bucket=bucket, Key="b", Body=b"y")
+    assert calls == []
+    a.put_object(Bucket=bucket, Key="a", Body=b"y")
+    assert calls == ["a"]
+
+
+def test_the_resource_fields_reach_the_client(bucket: str, moto_endpoint: str):
+    s3 = S3Resource(bucket=bucket, region_name="eu-west-1", max_attempts=7,
+                    endpoint_url=moto_endpoint)
+    meta = s3.client().meta
+    assert meta.region_name == "eu-west-1" and meta.endpoint_url == moto_endpoint
+    assert meta.config.retries == {"total_max_attempts": 8, "mode": "standard"}
+    assert s3.task_config()["aws_access_key_id"] == "testing"
