@@ -242,6 +242,12 @@ class S3Resource(dagster_aws.s3.S3Resource):
             client.meta.events.register("choose-signer.s3.*", disable_signing)
         return client
 
+    def get_object_to_set_on_execution_context(self) -> Any:
+        """The resource itself, as any ConfigurableResource (`context.resources.s3`).
+        dagster-aws attaches a fresh client there at every resource initialization, built
+        whether used or not: four per `s3rs sync` run; s3rs reaches S3 through `client()`."""
+        return self
+
     def task_config(self) -> dict[str, Any]:
         """What a Spark task needs to build its own client (it may run on another host):
         endpoint, region and the credentials this process resolved. Never logged."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+import dagster as dg
 import pytest
 from botocore.loaders import JSONFileLoader
 
@@ -62,3 +63,37 @@ def test_the_resource_fields_reach_the_client(bucket: str, moto_endpoint: str):
     assert meta.region_name == "eu-west-1" and meta.endpoint_url == moto_endpoint
     assert meta.config.retries == {"total_max_attempts": 8, "mode": "standard"}
     assert s3.task_config()["aws_access_key_id"] == "testing"
+
+
+def test_a_run_builds_a_client_only_for_the_resource_that_uses_it(
+        bucket: str, monkeypatch: pytest.MonkeyPatch):
+    """dagster-aws attached a fresh client to the context at each resource initialization
+    (four per `s3rs sync` run, used or not); ours attaches the resource itself."""
+    from s3rs_assets import connections
+
+    built: list[int] = []
+    session = connections._s3_session
+
+    def counting(profile: str | None = None) -> Any:
+        built.append(1)
+        return session(profile)
+
+    monkeypatch.setattr(connections, "_s3_session", counting)
+
+    @dg.asset
+    def untouched(s3: S3Resource) -> None:
+        assert s3.bucket == bucket
+
+    @dg.asset
+    def lists(s3: S3Resource) -> None:
+        s3.client().list_objects_v2(Bucket=s3.bucket)
+
+    @dg.asset(required_resource_keys={"s3"})
+    def by_context(context) -> None:  # Dagster refuses a string annotation here
+        assert context.resources.s3.bucket == bucket
+
+    resources = {"s3": S3Resource(bucket=bucket)}
+    assert dg.materialize([untouched, by_context], resources=resources).success
+    assert built == []
+    assert dg.materialize([lists], resources=resources).success
+    assert built == [1]
