@@ -26,6 +26,9 @@ from benchmarks.sync_cli import SyncEnv
 from s3rs_assets.names import TABLE_TAG
 
 SCHEMAS = 5
+#: the real fleet's MySQL schemas, `<FLEET_SCHEMA><i>`: under a throwaway S3RS_BENCH_SCHEMA
+#: (the smoke test's) named after it, so they are dropped with it
+FLEET_SCHEMA = "s3rs_fleet" if SCHEMA == "s3rs_bench" else f"{SCHEMA}_fleet"
 PROBE = "fleet_probe"
 LOAD_SCRIPT = (
     "import time, warnings; warnings.filterwarnings('ignore'); t = time.perf_counter(); "
@@ -119,7 +122,7 @@ def sync_startup(ctx: Ctx, sync: SyncEnv, n: int, day: date) -> float | None:
 def real_fleet(ctx: Ctx, sync: SyncEnv, n: int, day: date) -> list[dict[str, Any]]:
     entries = []
     for i in range(n):
-        schema, table = f"s3rs_fleet{i % SCHEMAS}", f"t{i:04d}"
+        schema, table = f"{FLEET_SCHEMA}{i % SCHEMAS}", f"t{i:04d}"
         make_table(ctx, schema, table, 50 + (i * 37) % 400, day)
         entries.append(
             {

@@ -33,6 +33,8 @@ ARGS = {
     "shape": ["--small-tables", "2", "--small-max", "40", "--history-years", "0.1"],
     "reconcile": ["--differences", "10"],
     "fleet_scan": ["--scan-tables", "40", "--scan-schemas", "2", "--scan-drop"],
+    "fleet": ["--fleet-sizes", "10", "--fleet-tables", "20", "--fleet-real", "2",
+              "--fleet-parallel", "2"],
 }
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
@@ -40,11 +42,13 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 
 @pytest.fixture
 def bench_schema() -> Iterator[str]:
-    """A throwaway schema name; its MySQL schema and PostgreSQL database are dropped after."""
+    """A throwaway schema name; its MySQL schema (and the fleet suite's `<name>_fleet<i>`)
+    and PostgreSQL database are dropped after."""
     name = f"s3rs_bsmoke_{uuid.uuid4().hex[:8]}"
     yield name
     with pymysql.connect(host=MYSQL_HOST, port=MYSQL_PORT, user="root", autocommit=True) as c:
-        c.cursor().execute(f"DROP DATABASE IF EXISTS `{name}`")
+        for schema in [name, *(f"{name}_fleet{i}" for i in range(5))]:
+            c.cursor().execute(f"DROP DATABASE IF EXISTS `{schema}`")
     with psycopg.connect(PG_DSN + " dbname=postgres", autocommit=True) as c:
         c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
@@ -146,3 +150,14 @@ def test_fleet_scan(bench_schema: str, tmp_path: Path) -> None:
     guard = doc["calls"]["guard"]
     assert guard["s3"].get("GetObject", 0) <= 2 * 4  # the validated primaries are not read
     assert "s3rs status, cold:" in stdout and "s3rs status, warm:" in stdout
+
+
+def test_fleet(bench_schema: str, tmp_path: Path) -> None:
+    doc, stdout = run_suite("fleet", bench_schema, tmp_path)
+    lines = {ln["key"]: ln for ln in doc["lines"]}
+    assert set(lines) == {"defs_10", "startup_10", "startup_20", "real_first",
+                          "real_unchanged"}
+    assert all(ln["seconds"] and ln["seconds"] > 0 for ln in lines.values()), lines
+    assert all(v is not None for v in doc["sync_startup_s"].values()), doc
+    assert "KILLED" not in stdout
+    assert "sync --all --parallel 2 (unchanged)" in stdout
