@@ -36,8 +36,16 @@ TODAY = datetime.now().replace(hour=0, minute=0, second=0, microsecond=0)
 
 
 def day(n: int) -> datetime:
-    """Midnight `n` days before today (source clock = this host's, both UTC here)."""
+    """Midnight `n` days before the session's first day (source clock = this host's, both
+    UTC here): the table list's start dates use it, so it stays fixed for the session even
+    when a run crosses midnight; the open partition is `today()`, not `day(0)`."""
     return TODAY - timedelta(days=n)
+
+
+def today() -> datetime:
+    """Midnight of the day now: the open partition a sync reads to (a run may cross
+    midnight after the module was imported, then `day(0)` is closed)."""
+    return datetime.now().replace(hour=0, minute=0, second=0, microsecond=0)
 
 
 def key_of(d: datetime) -> str:
@@ -952,7 +960,7 @@ def test_sync_both_stages_failed_table_named_others_run(stack, orders, monkeypat
     r = invoke("--log-format", "json", "sync", "-t", broken, "-t", name)
     # the broken table is a configuration error that changed nothing of it: exit 2
     assert r.exit_code == 2, r.output
-    assert f"{name}: backup + load, partitions {key_of(day(2))} .. {key_of(day(0))}" in r.stdout
+    assert f"{name}: backup + load, partitions {key_of(day(2))} .. {key_of(today())}" in r.stdout
     assert f"{name}: run " in r.stdout and "succeeded" in r.stdout
     assert f"{broken}: error before any run: " in r.stderr
     assert "does not exist in MySQL" in r.stderr  # the reason, not a traceback
@@ -970,7 +978,7 @@ def test_sync_both_stages_failed_table_named_others_run(stack, orders, monkeypat
     rec = stack.store.read(name)
     assert rec.mysql_rows_extracted == 60 and rec.redshift_rows_loaded == 60
     assert rec.partitions[key_of(day(2))].status == "complete"
-    assert rec.partitions[key_of(day(0))].status == "partial"
+    assert rec.partitions[key_of(today())].status == "partial"
     assert invoke("verify", "-t", name).exit_code == 0
     # the runs are in the Dagster instance the UI reads
     import dagster as dg
@@ -994,7 +1002,7 @@ def test_sync_backup_only_limit_progress_then_redshift_only(stack, orders):
     name = stack.name("cli_orders")
     r = invoke("sync", "-t", name, "--backup-only", "--limit", "25", "--progress")
     assert r.exit_code == 0, r.output
-    assert f"{name}: backup, partitions {key_of(day(2))} .. {key_of(day(0))}" in r.stdout
+    assert f"{name}: backup, partitions {key_of(day(2))} .. {key_of(today())}" in r.stdout
     assert "\r\x1b[2K" in r.stderr and "rows/s" in r.stderr  # the live line
     rec = stack.store.read(name)
     assert rec.mysql_rows_extracted == 25 and rec.redshift_rows_loaded == 0
@@ -1012,7 +1020,7 @@ def test_sync_backup_only_limit_progress_then_redshift_only(stack, orders):
     # staged loading: the load stage alone picks up everything extracted so far
     r = invoke("sync", "-t", name, "--redshift-only")
     assert r.exit_code == 0, r.output
-    assert f"{name}: load, partitions {key_of(day(2))} .. {key_of(day(0))}" in r.stdout
+    assert f"{name}: load, partitions {key_of(day(2))} .. {key_of(today())}" in r.stdout
     rec = stack.store.read(name)
     assert rec.redshift_rows_loaded == 60
     assert invoke("verify", "-t", name).exit_code == 0
@@ -1026,7 +1034,7 @@ def test_sync_backup_only_limit_progress_then_redshift_only(stack, orders):
     assert invoke("watermark", "set", "-t", name, "--timestamp", ts, "--yes").exit_code == 0
     r = invoke("sync", "-t", name)
     assert r.exit_code == 0, r.output
-    assert f"partitions {key_of(day(1))} .. {key_of(day(0))}" in r.stdout
+    assert f"partitions {key_of(day(1))} .. {key_of(today())}" in r.stdout
     rec = stack.store.read(name)
     assert rec.partitions[key_of(day(2))].files == day2.files  # not recomputed
     assert rec.backup_strategy == "manual_cli"  # the manual setting stays visible
@@ -1125,7 +1133,8 @@ def test_sync_fails_when_its_check_fails(stack, orders):
     assert r.exit_code == 1, r.output
     failures = [e for e in _json_lines(r.stderr) if e.get("event") == "check_failed"]
     assert failures and failures[0]["table"] == name
-    assert "MISMATCH" in failures[0]["error"] and key_of(day(0)) in failures[0]["error"]
+    assert "MISMATCH" in failures[0]["error"]
+    assert key_of(now - timedelta(seconds=2)) in failures[0]["error"]  # row 80's partition
     assert f"failed: {name}" in r.stderr
     _insert_now(stack, 83)
     text = invoke("sync", "-t", name, "--no-progress")
@@ -1155,7 +1164,7 @@ def test_sync_reports_future_rows_and_copies_them_once_the_clock_passes(stack, o
     doc = json.loads(checked.stdout)
     if datetime.fromisoformat(doc["not_yet_synced"]["safety_bound"]) <= soon:
         assert checked.exit_code == 0 and doc["ok"], checked.output
-        assert doc["not_yet_synced_per_partition"] == {key_of(day(0)): 2}
+        assert doc["not_yet_synced_per_partition"] == {key_of(soon): 2}
     else:
         assert checked.exit_code == 1 and not doc["ok"], checked.output
     assert doc["rows_outside_partitions"]["after_last_partition"] == 3

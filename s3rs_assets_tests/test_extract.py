@@ -262,7 +262,8 @@ def test_open_transaction_holding_an_older_timestamp_is_not_skipped(
     import pymysql
 
     conn = ties_tables
-    make_ties_table(conn, "ext_trx", [(1, _now(conn) - timedelta(minutes=10))])
+    first_row = _now(conn) - timedelta(minutes=10)
+    make_ties_table(conn, "ext_trx", [(1, first_row)])
     writer = pymysql.connect(host="127.0.0.1", user="root", database=mysql_db)
     try:
         with writer.cursor() as cur:
@@ -275,10 +276,11 @@ def test_open_transaction_holding_an_older_timestamp_is_not_skipped(
             "ext_trx",
             chunk_rows=100,
             lag="0s",
-            start=f"{_now(conn) - timedelta(days=1):%Y-%m-%d}",
+            start=f"{first_row - timedelta(days=1):%Y-%m-%d}",
         )
         res = resources(mysql_url, s3_resource, spark_resource)
-        start, end = _day_range(cfg, _now(conn) - timedelta(minutes=10), _now(conn))
+        # from row 1's own day: a later "now - 10 min" may lie after a midnight row 1 is before
+        start, end = _day_range(cfg, first_row, _now(conn))
         result = backup(cfg, res, start=start, end=end)
         md = metadata_facts(result.get_asset_materialization_events()[0].materialization.metadata)
         assert md["safety_bound"]["oldest_open_write_trx"] is not None

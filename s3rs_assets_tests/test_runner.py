@@ -18,9 +18,17 @@ from s3rs_assets.warehouse import WarehouseResource
 from s3rs_assets.watermark import FileEntry, PartitionState, Position, WatermarkRecord
 from s3rs_assets_tests.helpers import make_ties_table, table_cfg
 
-NOW = datetime.now().replace(microsecond=0)
-TODAY = NOW.replace(hour=0, minute=0, second=0)
-RECENT = TODAY + (NOW - TODAY) / 2  # today's, in the past, even in the first hour of a day
+NOW = TODAY = RECENT = datetime.min  # set per test by _clock
+
+
+@pytest.fixture(autouse=True)
+def _clock() -> None:
+    """Today per test, not per import: a suite crossing midnight runs a test collected the
+    day before (autouse: set before `sparse` and the other fixtures use it)."""
+    global NOW, TODAY, RECENT
+    NOW = datetime.now().replace(microsecond=0)
+    TODAY = NOW.replace(hour=0, minute=0, second=0)
+    RECENT = TODAY + (NOW - TODAY) / 2  # today's, in the past, even in the first hour of a day
 
 
 def day(n: int) -> datetime:

@@ -178,8 +178,9 @@ def test_rows_inserted_just_now_are_not_yet_synced_for_every_command(stack):
         "yet; the next sync reads them)"
     )
     md = evaluation.metadata
-    assert md["mysql_rows"].value == f"{compared:,} in partition(s) {key_of(day(0))} .. " \
-                                     f"{key_of(day(0))}"
+    # now's day (not test_cli's day(0), fixed at import: the suite may have crossed midnight)
+    assert md["mysql_rows"].value == f"{compared:,} in partition(s) {key_of(now)} .. " \
+                                     f"{key_of(now)}"
     assert md["rows_not_yet_synced"].value.startswith(f"{len(waiting_rows) + 1:,} in ")
     # numbers Dagster plots keep one meaning from run to run: no row counts among them
     assert {k for k, v in md.items() if isinstance(v.value, int | float)} == {
@@ -234,6 +235,7 @@ def test_verify_with_partitions_wholly_above_the_bound(stack):
     from s3rs_assets.warehouse import WarehouseResource
 
     now = _mysql_now(stack.db)
+    today = now.replace(hour=0, minute=0, second=0, microsecond=0)  # not day(0): see above
     old = [(i, day(3) + timedelta(hours=i)) for i in range(1, 6)]
     with mysql(stack.db) as conn:
         make_ties_table(conn, DAY_LAG, old)
@@ -247,11 +249,11 @@ def test_verify_with_partitions_wholly_above_the_bound(stack):
                         [(i, ts, f"{i}.0001", f"row {i} ✓") for i, ts in old])
     empty = invoke("verify", "-t", cfg.name)  # nothing above the bound yet
     assert empty.exit_code == 0, empty.output
-    assert key_of(day(0)) not in empty.output and "not yet" not in empty.output
-    with mysql(stack.db) as conn:
-        insert_rows(conn, DAY_LAG, [(100, now - timedelta(minutes=1))])
+    assert key_of(today) not in empty.output and "not yet" not in empty.output
+    with mysql(stack.db) as conn:  # in today's partition even in the first minute of a day
+        insert_rows(conn, DAY_LAG, [(100, max(now - timedelta(minutes=1), today))])
     r = invoke("verify", "-t", cfg.name)
     assert r.exit_code == 0, r.output
-    assert f"  {key_of(day(0)):<18} {'-':>12} {'-':>15} {1:>9,}  not yet synced" in r.output
+    assert f"  {key_of(today):<18} {'-':>12} {'-':>15} {1:>9,}  not yet synced" in r.output
     assert "all match; 1 row(s) not yet synced, not compared (NOT YET)" in r.output
     assert "(their cursor + lag 1d;" in r.output

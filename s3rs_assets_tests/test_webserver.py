@@ -55,10 +55,37 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 DAY, DAY2 = "2025-03-03", "2025-03-04"
 ORDERS_ROWS, ITEMS_ROWS, BUSY_ROWS = 300, 200, 300
-TODAY = datetime.now(UTC).replace(tzinfo=None, hour=0, minute=0, second=0, microsecond=0)
-RANGE_DAYS = [TODAY - timedelta(days=2), TODAY - timedelta(days=1), TODAY]
-RANGE_KEYS = [d.strftime("%Y-%m-%d") for d in RANGE_DAYS]
 RANGE_ROWS = [120, 80, 50]  # the last partition is today's: open, so partial
+
+
+def utc_today() -> datetime:
+    """Midnight UTC of the day now (naive), read when a fixture runs, not at import: the
+    module's fixtures may start long after collection, on the next day."""
+    return datetime.now(UTC).replace(tzinfo=None, hour=0, minute=0, second=0, microsecond=0)
+
+
+def range_days(today: datetime) -> list[datetime]:
+    """The three days of ui_range's run: two closed ones and `today` (open)."""
+    return [today - timedelta(days=2), today - timedelta(days=1), today]
+
+
+def make_range_table(db: str, today: datetime) -> list[str]:
+    """ui_range's rows over `range_days(today)` (RANGE_ROWS each); returns their keys."""
+    days = range_days(today)
+    rows, first = [], 1
+    for day, n in zip(days, RANGE_ROWS, strict=True):
+        if day == today:  # ties() puts rows 1 h into the day: keep them in the past
+            stamp = min(day + timedelta(seconds=1), datetime.now(UTC).replace(tzinfo=None))
+            rows += [(first + i, stamp) for i in range(n)]
+        else:
+            rows += ties(n, day, 2, first_id=first)
+        first += n
+    conn = _mysql_root(db)
+    try:
+        make_ties_table(conn, "ui_range", rows)
+    finally:
+        conn.close()
+    return [d.strftime("%Y-%m-%d") for d in days]
 
 TABLES_YAML = """
 tables:
@@ -100,19 +127,13 @@ def ui(tmp_path_factory, mysql_db, mysql_url, pg_url, moto_endpoint) -> Iterator
         make_ties_table(conn, "ui_items", ties(ITEMS_ROWS, datetime(2025, 3, 3), 2))
         make_ties_table(conn, "ui_busy", ties(BUSY_ROWS, datetime(2025, 3, 3), 3)
                         + ties(50, datetime(2025, 3, 4), 1, first_id=BUSY_ROWS + 1))
-        rows, first = [], 1
-        for day, n in zip(RANGE_DAYS, RANGE_ROWS, strict=True):
-            if day == TODAY:  # ties() puts rows 1 h into the day: keep them in the past
-                stamp = min(day + timedelta(seconds=1), datetime.now(UTC).replace(tzinfo=None))
-                rows += [(first + i, stamp) for i in range(n)]
-            else:
-                rows += ties(n, day, 2, first_id=first)
-            first += n
-        make_ties_table(conn, "ui_range", rows)
     finally:
         conn.close()
+    # range_run makes the rows again on the day it runs (maybe the next): the start is a
+    # lower bound for every later day's range
+    range_start = make_range_table(mysql_db, utc_today())[0]
     tables = workdir / "tables.yaml"
-    tables.write_text(TABLES_YAML.format(db=mysql_db, range_start=RANGE_KEYS[0]))
+    tables.write_text(TABLES_YAML.format(db=mysql_db, range_start=range_start))
     env = {
         **os.environ,  # AWS_* of the moto fixture (a server in this process, reached over HTTP)
         "PYTHONPATH": str(REPO),
@@ -201,14 +222,22 @@ def test_watermark_guard_result_is_the_tick_message(ui: UI):
     ), tick
 
 
+@dataclass
+class RangeRun:
+    run_id: str
+    keys: list[str]  # its three partitions, the last one today's (open)
+
+
 @pytest.fixture(scope="module")
-def range_run(ui: UI) -> str:
+def range_run(ui: UI) -> RangeRun:
     """ui_range synced over its three days (today open) by `dagster job execute`, exactly as
-    scripts/demo.py runs it; returns the run id."""
+    scripts/demo.py runs it. Today is read here, and the rows made for it, since the module
+    may have started the day before."""
     table = f"{ui.db}.ui_range"
+    keys = make_range_table(ui.db, utc_today())
     tags = {
-        "dagster/asset_partition_range_start": RANGE_KEYS[0],
-        "dagster/asset_partition_range_end": RANGE_KEYS[-1],
+        "dagster/asset_partition_range_start": keys[0],
+        "dagster/asset_partition_range_end": keys[-1],
         REPOSITORY_TAG: REPOSITORY_LABEL,
     }
     t0 = time.monotonic()
@@ -218,15 +247,18 @@ def range_run(ui: UI) -> str:
         cwd=REPO, env=ui.stack.env, capture_output=True, text=True, timeout=400,
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    print(f"dagster job execute over {len(RANGE_KEYS)} partitions: {time.monotonic() - t0:.1f}s")
+    print(f"dagster job execute over {len(keys)} partitions: {time.monotonic() - t0:.1f}s")
     inst = dg.DagsterInstance.from_config(str(ui.stack.home))
     [rec] = inst.get_run_records(dg.RunsFilter(job_name=job_name(table)), limit=1)
     assert rec.dagster_run.status == dg.DagsterRunStatus.SUCCESS
-    return rec.dagster_run.run_id
+    return RangeRun(rec.dagster_run.run_id, keys)
 
 
-def test_job_execute_run_is_linked_and_each_partition_tells_its_own_truth(ui: UI, range_run):
+def test_job_execute_run_is_linked_and_each_partition_tells_its_own_truth(
+    ui: UI, range_run: RangeRun
+):
     stack, db = ui.stack, ui.db
+    run_id, keys = range_run.run_id, range_run.keys
     table = f"{db}.ui_range"
     nodes = stack.asset_nodes()
     backup, load = nodes[(db, "ui_range", "s3_parquet")], nodes[(db, "ui_range", "redshift_table")]
@@ -238,36 +270,36 @@ def test_job_execute_run_is_linked_and_each_partition_tells_its_own_truth(ui: UI
         "jobName": job_name(table),
     })["pipelineOrError"]
     assert runs["__typename"] == "Pipeline", runs
-    assert {"runId": range_run, "status": "SUCCESS"} in runs["runs"], runs
+    assert {"runId": run_id, "status": "SUCCESS"} in runs["runs"], runs
     # (the job page finds it by the hidden tag .dagster/repository, which GraphQL hides)
 
     # 2. One materialization per partition, each with its own rows; they sum to the run's.
-    md = stack.metadata(backup["assetKey"]["path"], RANGE_KEYS)
-    assert set(md) == set(RANGE_KEYS), md
-    assert all(m["__run_id"] == range_run for m in md.values())
-    assert [md[k]["rows"] for k in RANGE_KEYS] == RANGE_ROWS, md
-    last = md[RANGE_KEYS[-1]]
+    md = stack.metadata(backup["assetKey"]["path"], keys)
+    assert set(md) == set(keys), md
+    assert all(m["__run_id"] == run_id for m in md.values())
+    assert [md[k]["rows"] for k in keys] == RANGE_ROWS, md
+    last = md[keys[-1]]
     assert last["run_rows"] == sum(RANGE_ROWS) == sum(m["rows"] for m in md.values())
-    assert "run_rows" not in md[RANGE_KEYS[0]]  # the run summary sits on the last partition
-    assert md[RANGE_KEYS[0]]["cursor_to"] != last["cursor_to"]
+    assert "run_rows" not in md[keys[0]]  # the run summary sits on the last partition
+    assert md[keys[0]]["cursor_to"] != last["cursor_to"]
 
     # 3. The open partition (today, above nothing yet closed) is marked partial; the closed
     #    days are complete.
-    assert [md[k]["status"] for k in RANGE_KEYS[:-1]] == ["complete", "complete"], md
+    assert [md[k]["status"] for k in keys[:-1]] == ["complete", "complete"], md
     assert last["status"].startswith("partial"), last
     [backup_check] = stack.gql(CHECK_EXECUTIONS_Q, {
         "assetKey": {"path": backup["assetKey"]["path"]}, "checkName": BACKUP_CHECK_NAME,
     })["assetCheckExecutions"][:1]
-    assert backup_check["runId"] == range_run and backup_check["evaluation"]["success"]
-    assert RANGE_KEYS[-1] in backup_check["evaluation"]["description"], backup_check
+    assert backup_check["runId"] == run_id and backup_check["evaluation"]["success"]
+    assert keys[-1] in backup_check["evaluation"]["description"], backup_check
     entries = {e["label"]: e for e in backup_check["evaluation"]["metadataEntries"]}
-    assert json.loads(entries["open_partitions"]["jsonString"]) == [RANGE_KEYS[-1]]
+    assert json.loads(entries["open_partitions"]["jsonString"]) == [keys[-1]]
 
     # 4. The load side: per-partition rows in the ledger, summing to the run's rows staged.
-    lmd = stack.metadata(load["assetKey"]["path"], RANGE_KEYS)
-    assert [lmd[k]["ledger_rows"] for k in RANGE_KEYS] == RANGE_ROWS, lmd
-    assert lmd[RANGE_KEYS[-1]]["run_rows_staged"] == sum(RANGE_ROWS)
-    snapshot = json.loads(lmd[RANGE_KEYS[-1]]["s3rs/watermark"])
+    lmd = stack.metadata(load["assetKey"]["path"], keys)
+    assert [lmd[k]["ledger_rows"] for k in keys] == RANGE_ROWS, lmd
+    assert lmd[keys[-1]]["run_rows_staged"] == sum(RANGE_ROWS)
+    snapshot = json.loads(lmd[keys[-1]]["s3rs/watermark"])
     assert snapshot["redshift_status"] == "success"
     assert snapshot["redshift_rows_loaded"] == sum(RANGE_ROWS)
 
@@ -368,7 +400,7 @@ def _step_spans(stack: Stack, run_id: str) -> list[tuple[float, float, str]]:
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 
 
-def test_browser_shows_a_partition_with_its_own_row_count(ui: UI, range_run):
+def test_browser_shows_a_partition_with_its_own_row_count(ui: UI, range_run: RangeRun):
     """Headless Chromium opens the asset page of one partition and finds its row count."""
     if not (shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)):
         pytest.skip(
@@ -380,7 +412,7 @@ def test_browser_shows_a_partition_with_its_own_row_count(ui: UI, range_run):
     )
     from selenium.webdriver.chrome.service import Service
 
-    key = RANGE_KEYS[1]  # a closed day: 80 rows, unlike the run's 250 and its neighbours
+    key = range_run.keys[1]  # a closed day: 80 rows, unlike the run's 250 and its neighbours
     rows = RANGE_ROWS[1]
     opts = webdriver.ChromeOptions()
     opts.binary_location = CHROMIUM
