@@ -187,21 +187,25 @@ def _sync_table(
         if "backup" in stages:
             _report_waiting(ctx, table, prepared.bound)
         return OK
-    code, budget = _run_plans(ctx, table, prepared, limit, inst=inst, s3=s3, tty=tty,
-                              store=store)
+    code, budget, checks_failed = _run_plans(ctx, table, prepared, limit, inst=inst, s3=s3,
+                                             tty=tty, store=store)
+    done = FAILED if checks_failed else OK
     if code != OK or not prepared.held or budget == 0:
-        return code
+        return code if code != OK else done
     # The plan's bound was held back by another thread's transaction: partitions whose rows
     # all lay above it got no run, while the runs themselves read to a later bound. Plan
-    # once more, so rows committed before this sync are read now, or said to wait.
+    # once more (a failed check, a finding about rows already moved, does not stop it), so
+    # rows committed before this sync are read now, or said to wait.
     again, prepared = _prepared(table, stages, store, s3)
     if prepared is None:
         return again
     if not prepared.plans:
         if "backup" in stages and prepared.held:
             _report_waiting(ctx, table, prepared.bound)
-        return OK
-    return _run_plans(ctx, table, prepared, budget, inst=inst, s3=s3, tty=tty, store=store)[0]
+        return done
+    code, _, failed_again = _run_plans(ctx, table, prepared, budget, inst=inst, s3=s3,
+                                       tty=tty, store=store)
+    return code if code != OK else FAILED if checks_failed or failed_again else OK
 
 
 def _prepared(
@@ -228,8 +232,9 @@ def _run_plans(
     s3: Any,
     tty: bool,
     store: Any,
-) -> tuple[int, int | None]:
-    """Launch `prepared`'s runs in order: (exit code, rows left of --limit; 0 when used up)."""
+) -> tuple[int, int | None, bool]:
+    """Launch `prepared`'s runs in order: (OK or the exit code of a run that failed, rows left
+    of --limit (0 when used up), whether a check failed)."""
     budget = limit
     checks_failed = False
     for plan in prepared.plans:
@@ -243,7 +248,7 @@ def _run_plans(
         except Exception as e:  # noqa: BLE001 - one table's failure must not stop others
             monitor.stop()
             echo(f"{table.name}: FAILED before the run started: {e}", err=True, fg="red")
-            return FAILED, budget
+            return FAILED, budget, checks_failed
         monitor.stop()
         retries = run_retries(result)
         after = f" after {retries} retr{'y' if retries == 1 else 'ies'}" if retries else ""
@@ -251,7 +256,7 @@ def _run_plans(
             echo(f"{table.name}: run {result.run_id} FAILED{after}", err=True, fg="red")
             for reason in failure_reasons(result):
                 echo(f"  {table.name}: {reason}", err=True, fg="red")
-            return FAILED, budget
+            return FAILED, budget, checks_failed
         if _failed_checks(ctx, table, result):
             # the data moved and the finding is printed: the table's other runs still move
             # theirs (a late row in one old partition must not hold back every new one)
@@ -264,8 +269,8 @@ def _run_plans(
             budget -= max(0, _rows_extracted(store, table) - before)
             if budget <= 0:
                 echo(f"{table.name}: --limit {limit:,} reached; the next sync resumes there")
-                return (FAILED if checks_failed else OK), 0
-    return (FAILED if checks_failed else OK), budget
+                return OK, 0, checks_failed
+    return OK, budget, checks_failed
 
 
 def _report_timings(ctx: click.Context, table: TableConfig, result: Any, monitor: Any) -> None:
