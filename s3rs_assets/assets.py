@@ -16,7 +16,7 @@ import dagster as dg
 
 from s3rs_assets.backup import BackupRun, PartitionRun
 from s3rs_assets.backup.extract import Extractor
-from s3rs_assets.checks import build_checks, sync_check_keys
+from s3rs_assets.checks import build_checks
 from s3rs_assets.config import TableConfig
 from s3rs_assets.errors import ConfigError, SourceSchemaError
 from s3rs_assets.io_manager import store_for
@@ -32,6 +32,7 @@ from s3rs_assets.names import (
     kinds,
     pool_name,
     shared_signature,
+    sync_check_keys,
 )
 from s3rs_assets.partitions import partitions_def, window
 from s3rs_assets.resources import MySQLResource, S3Resource, SparkResource

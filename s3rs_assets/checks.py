@@ -175,7 +175,8 @@ def not_compared(
     compared: list[tuple[str, datetime, datetime]],
 ) -> list[tuple[datetime, datetime]]:
     """The part of each partition `synced_windows` left out: from where its comparison
-    stops (its cursor) to the window's end. Rows there are not yet synced, not missing."""
+    stops (its cursor) to the window's end. Rows there are not yet synced (or share the
+    cursor's instant), not missing."""
     ends = {k: end for k, _, end in compared}
     out = []
     for key in keys:
@@ -199,8 +200,9 @@ def matches_mysql_result(
     mysql_rows = sum(c.mysql_rows for c in checks)
     wh_rows = sum(c.warehouse_rows for c in checks)
     not_yet = (
-        f"; {pending:,} row(s) not yet synced (after their partition's cursor: at or above "
-        "the safety bound, or not read yet; the next sync reads them)"
+        f"; {pending:,} row(s) not compared yet (from their partition's cursor on: at or "
+        "above the safety bound or not read yet, which the next sync reads, or sharing the "
+        "cursor's instant, compared once the partition moves on)"
         if pending
         else ""
     )
@@ -271,14 +273,6 @@ def build_checks(table: TableConfig) -> list[dg.AssetChecksDefinition]:
         return backup_complete_result(pdef, _scope(context, pdef, record), record)
 
     return [matches_mysql, backup_complete, build_reconcile_check(table)]
-
-
-def sync_check_keys(table: TableConfig) -> list[dg.AssetCheckKey]:
-    """The checks a sync run executes (reconcile is too costly to run on every sync)."""
-    return [
-        dg.AssetCheckKey(asset_key(table, "redshift_table"), CHECK_NAME),
-        dg.AssetCheckKey(asset_key(table, "s3_parquet"), BACKUP_CHECK_NAME),
-    ]
 
 
 DEFAULT_CRON = "0 3 * * *"

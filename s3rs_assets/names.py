@@ -112,6 +112,15 @@ def stage_keys(table: TableConfig | str) -> list[dg.AssetKey]:
     return [asset_key(table, s) for s in STAGES]
 
 
+def sync_check_keys(table: TableConfig | str) -> list[dg.AssetCheckKey]:
+    """The checks a sync run executes (reconcile is too costly to run on every sync): every
+    launcher of a run of one stage selects these of its asset, never `reconciled`."""
+    return [
+        dg.AssetCheckKey(asset_key(table, "redshift_table"), CHECK_NAME),
+        dg.AssetCheckKey(asset_key(table, "s3_parquet"), BACKUP_CHECK_NAME),
+    ]
+
+
 def group_name(table: TableConfig | str) -> str:
     """The asset group: the MySQL schema, so the UI's sidebar lists a few dozen schemas,
     not one group per table (each node still names its table through `kinds`)."""

@@ -19,6 +19,7 @@ from s3rs_assets.names import (
     REPOSITORY_TAG,
     asset_key,
     run_tags,
+    sync_check_keys,
 )
 from s3rs_assets.partitions import partitions_def
 from s3rs_assets.work import SyncPlan
@@ -93,13 +94,15 @@ def execute(
         **(extra_tags or {}),
     }
     # Both stages: the whole sync job, whose checks leave out `reconciled` (a full compare).
-    # An asset selection would bring back every check of the selected assets.
-    names = {"backup": "s3_parquet", "load": "redshift_table"}
-    selection = (
-        None
-        if set(plan.stages) == {"backup", "load"}
-        else [asset_key(plan.table, names[s]) for s in plan.stages]
-    )
-    return dg.execute_job(
-        recon, instance=inst, run_config=run_config, tags=tags, asset_selection=selection
-    )
+    # One stage: the job subset to that asset and its sync checks. `execute_job`'s own
+    # `asset_selection` would bring back every check of the asset, `reconciled` included
+    # (found on a load-only run: a whole-table reconcile against a later bound than the
+    # run's, reporting rows the run had not read yet as missing).
+    if set(plan.stages) != {"backup", "load"}:
+        names = {"backup": "s3_parquet", "load": "redshift_table"}
+        assets = {asset_key(plan.table, names[s]) for s in plan.stages}
+        recon = recon.get_subset(
+            asset_selection=assets,
+            asset_check_selection={k for k in sync_check_keys(plan.table) if k.asset_key in assets},
+        )
+    return dg.execute_job(recon, instance=inst, run_config=run_config, tags=tags)

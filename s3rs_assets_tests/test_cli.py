@@ -1017,10 +1017,14 @@ def test_sync_backup_only_limit_progress_then_redshift_only(stack, orders):
     rec = stack.store.read(name)
     assert rec.mysql_rows_extracted == 60
 
+    assert _last_run_checks() == {"backup_complete"}
+
     # staged loading: the load stage alone picks up everything extracted so far
     r = invoke("sync", "-t", name, "--redshift-only")
     assert r.exit_code == 0, r.output
     assert f"{name}: load, partitions {key_of(day(2))} .. {key_of(today())}" in r.stdout
+    # its sync check only: never `reconciled`, a whole-table compare at a bound of its own
+    assert _last_run_checks() == {"matches_mysql"}
     rec = stack.store.read(name)
     assert rec.redshift_rows_loaded == 60
     assert invoke("verify", "-t", name).exit_code == 0
@@ -1043,6 +1047,19 @@ def test_sync_backup_only_limit_progress_then_redshift_only(stack, orders):
     assert invoke("verify", "-t", name).exit_code == 0
     assert json.loads(invoke("watermark", "get", "-t", name, "--json").stdout)[
         "mysql_status"] == "success"
+
+
+def _last_run_checks() -> set[str]:
+    """The checks the newest run of the instance evaluated."""
+    import dagster as dg
+
+    inst = dg.DagsterInstance.get()
+    run = inst.get_runs(limit=1)[0]
+    events = inst.get_records_for_run(
+        run.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION
+    ).records
+    return {e.event_log_entry.dagster_event.asset_check_evaluation_data.check_name
+            for e in events}
 
 
 def test_sync_all_runs_every_table_and_names_failures(stack, monkeypatch):

@@ -19,7 +19,6 @@ import boto3
 import dagster as dg
 import pytest
 
-from s3rs_assets.checks import sync_check_keys
 from s3rs_assets.cursor import position_token
 from s3rs_assets.io_manager import store_for
 from s3rs_assets.names import (
@@ -31,6 +30,7 @@ from s3rs_assets.names import (
     WATERMARK_GUARD,
     asset_key,
     job_name,
+    sync_check_keys,
 )
 from s3rs_assets.partitions import partitions_def, window
 from s3rs_assets.resources import MySQLResource, S3Resource

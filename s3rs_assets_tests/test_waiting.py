@@ -173,9 +173,10 @@ def test_rows_inserted_just_now_are_not_yet_synced_for_every_command(stack):
     read = 40 - sum(1 for _, ts in old if ts >= upper)
     compared = read - 1  # the row at the partition's cursor is compared once it moves on
     assert evaluation.description == (
-        f"1 partition(s) match ({compared:,} rows); {len(waiting_rows) + 1:,} row(s) not yet "
-        "synced (after their partition's cursor: at or above the safety bound, or not read "
-        "yet; the next sync reads them)"
+        f"1 partition(s) match ({compared:,} rows); {len(waiting_rows) + 1:,} row(s) not "
+        "compared yet (from their partition's cursor on: at or above the safety bound or not "
+        "read yet, which the next sync reads, or sharing the cursor's instant, compared once "
+        "the partition moves on)"
     )
     md = evaluation.metadata
     # now's day (not test_cli's day(0), fixed at import: the suite may have crossed midnight)

@@ -6,9 +6,8 @@ from collections.abc import Mapping, Sequence
 
 import dagster as dg
 
-from s3rs_assets.checks import sync_check_keys
 from s3rs_assets.config import TableConfig
-from s3rs_assets.names import PARTITION_TAG, run_tags
+from s3rs_assets.names import PARTITION_TAG, run_tags, sync_check_keys
 
 # Runs of a table that are queued or running: the new-data sensor waits for them.
 IN_FLIGHT = [
