@@ -633,3 +633,50 @@ def test_example_a_plan_held_back_by_another_transaction_is_made_again(world, mo
     finally:
         writer.close()
         m.teardown()
+
+
+def test_example_a_held_plan_whose_run_fails_its_check_is_made_again(world, monkeypatch):
+    """Found by the state machine (example 278 of a 12-step run): the plan was held back by
+    another connection's statement and was load-only (files of a sync that crashed before
+    its COPY committed); its `matches_mysql` failed, truly (a late row below the cursor is
+    reconcile's), and the sync skipped the second plan, so rows committed before it started
+    were neither read nor said to wait. The second plan runs whenever the runs themselves
+    ran; the exit stays 1 for the failed check."""
+    import s3rs_assets.cli.sync as cli_sync
+
+    Composition.world = world
+    Composition.monkeypatch = monkeypatch
+    m = Composition()
+    m.start(n=12, stamps=3)
+    m.insert(k=2, data=Draw([1001, 1002]))
+    m.sync_crashes(crash="load_direct_before_commit")
+    m.insert_late(offset=3600 * 20)  # a row below an extracted partition's cursor
+    writer = world.mysql()
+    try:
+        with writer.cursor() as cur:
+            cur.execute("BEGIN")
+            cur.execute(
+                f"INSERT INTO `{world.table}` (id, update_at, amount, note) "
+                "VALUES (5000, NOW(6), 1, 'held')"
+            )
+        time.sleep(1.1)  # the held bound falls before the new rows
+        m.insert(k=3, data=Draw([2001, 2002, 2003]))
+        real, held = cli_sync._prepare, []
+
+        def prepare_then_commit(*args, **kwargs):
+            prepared = real(*args, **kwargs)
+            held.append(prepared.held)
+            if len(held) == 1:
+                writer.commit()
+            return prepared
+
+        monkeypatch.setattr(cli_sync, "_prepare", prepare_then_commit)
+        r, bound = m.sync()
+        assert held == [True, False], (held, r.output)
+        assert r.exit_code == 1 and "FAILED its check matches_mysql" in r.output, r.output
+        assert "check reconciled" not in r.output, r.output  # a load-only run: its check only
+        assert {1001, 1002, 2001, 2002, 2003, 5000} <= set(world.warehouse_rows()), r.output
+        m.assert_nothing_unloaded()
+    finally:
+        writer.close()
+        m.teardown()
