@@ -256,20 +256,40 @@ class S3Connector:
         chain without boto3's managed transfers, which s3rs does not use (put_object and
         get_object only), and ~45 fewer modules to import."""
         if self._client is None:
-            from botocore.config import Config
-
-            self._client = _s3_session().create_client(
-                "s3",
-                config=Config(
-                    retries={"max_attempts": S3_MAX_ATTEMPTS, "mode": "standard"},
-                    max_pool_connections=S3_POOL,
-                ),
-            )
+            self._client = s3_client()
         return self._client
 
     @property
     def layout(self) -> Layout:
         return Layout(self.prefix)
+
+
+def s3_client(
+    *,
+    profile: str | None = None,
+    max_attempts: int = S3_MAX_ATTEMPTS,
+    unsigned: bool = False,
+    **fields: Any,
+) -> Any:
+    """The one S3 client builder (S3Connector's and the Dagster resource's): botocore's
+    client on a session sharing the process's parsed S3 models, standard-mode retries, a
+    pool of S3_POOL connections; `fields` are create_client's (endpoint, region,
+    credentials), None for the standard AWS chain."""
+    from botocore.config import Config
+
+    client = _s3_session(profile).create_client(
+        "s3",
+        config=Config(
+            retries={"max_attempts": max_attempts, "mode": "standard"},
+            max_pool_connections=S3_POOL,
+        ),
+        **fields,
+    )
+    if unsigned:
+        from botocore.handlers import disable_signing
+
+        client.meta.events.register("choose-signer.s3.*", disable_signing)
+    return client
 
 
 def _s3_session(profile: str | None = None) -> Any:

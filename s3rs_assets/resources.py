@@ -216,17 +216,17 @@ class S3Resource(dagster_aws.s3.S3Resource):
         return self._client
 
     def get_client(self) -> Any:
-        """dagster-aws's client (same fields, standard-mode retries), built from a botocore
-        session sharing the process's parsed S3 models (connections._s3_loader): dagster-aws
-        builds a boto3 session and resource per client, ~60 ms each, and a run has two
-        resource instances besides the CLI's. A botocore client, as S3Connector's: s3rs
-        uses none of the methods boto3 adds (managed transfers)."""
-        from botocore.config import Config
+        """dagster-aws's client (same fields, standard-mode retries), built by the one S3
+        client builder (connections.s3_client) on a botocore session sharing the process's
+        parsed S3 models: dagster-aws builds a boto3 session and resource per client, ~60 ms
+        each, and a run has two resource instances besides the CLI's. s3rs uses none of the
+        methods boto3 adds (managed transfers)."""
+        from s3rs_assets.connections import s3_client
 
-        from s3rs_assets.connections import _s3_session
-
-        client = _s3_session(self.profile_name).create_client(
-            "s3",
+        return s3_client(
+            profile=self.profile_name,
+            max_attempts=self.max_attempts,
+            unsigned=bool(self.use_unsigned_session),
             region_name=self.region_name,
             use_ssl=self.use_ssl,
             verify=self.verify,
@@ -234,13 +234,7 @@ class S3Resource(dagster_aws.s3.S3Resource):
             aws_access_key_id=self.aws_access_key_id,
             aws_secret_access_key=self.aws_secret_access_key,
             aws_session_token=self.aws_session_token,
-            config=Config(retries={"max_attempts": self.max_attempts, "mode": "standard"}),
         )
-        if self.use_unsigned_session:
-            from botocore.handlers import disable_signing
-
-            client.meta.events.register("choose-signer.s3.*", disable_signing)
-        return client
 
     def get_object_to_set_on_execution_context(self) -> Any:
         """The resource itself, as any ConfigurableResource (`context.resources.s3`).

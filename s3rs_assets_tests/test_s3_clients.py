@@ -97,3 +97,15 @@ def test_a_run_builds_a_client_only_for_the_resource_that_uses_it(
     assert built == []
     assert dg.materialize([lists], resources=resources).success
     assert built == [1]
+
+
+def test_the_resource_and_the_connector_build_the_same_client(bucket: str) -> None:
+    """One builder (connections.s3_client): the same pool and retries whichever way a
+    process reaches S3, so a fleet read through the resource gets the connector's pool."""
+    from s3rs_assets.connections import S3_MAX_ATTEMPTS, S3_POOL
+
+    for client in (S3Resource(bucket=bucket).client(), S3Connector(bucket=bucket).client()):
+        cfg = client.meta.config
+        assert cfg.max_pool_connections == S3_POOL
+        assert cfg.retries == {"total_max_attempts": S3_MAX_ATTEMPTS + 1, "mode": "standard"}
+        client.list_objects_v2(Bucket=bucket)
