@@ -32,12 +32,13 @@ from s3rs_assets.names import (
     asset_key,
     job_name,
 )
-from s3rs_assets.sensors.common import partition_request
 from s3rs_assets.table_job import ONE_TABLE_EVENT, WHOLE_LOCATION_EVENT
+from s3rs_assets_tests import test_fleet
 from s3rs_assets_tests.conftest import REPO
-from s3rs_assets_tests.test_fleet import counts, write_fleet  # noqa: F401 (fixture)
+from s3rs_assets_tests.test_fleet import write_fleet
 
 TABLE = "fleet_s3.t0003"
+counts = test_fleet.counts  # the fixture: op definitions and job resolutions built
 
 
 @pytest.fixture
@@ -108,7 +109,10 @@ def _create_run(instance, location, req: dg.RunRequest) -> dg.DagsterRun:
         )
     )
     plan = location.get_execution_plan(
-        remote_job, req.run_config, step_keys_to_execute=None, known_state=None,
+        remote_job,
+        req.run_config,
+        step_keys_to_execute=None,
+        known_state=None,
         instance=instance,
     )
     return instance.create_run(
@@ -156,7 +160,8 @@ def _texts(events) -> list[str]:
 
 def _started_steps(events) -> set[str]:
     return {
-        e.step_key for e in events
+        e.step_key
+        for e in events
         if e.dagster_event and e.dagster_event.event_type_value == "STEP_START"
     }
 
@@ -209,9 +214,7 @@ def test_a_run_of_the_fleet_or_of_two_tables_loads_the_whole_location(
     assert _started_steps(events)
 
 
-def test_a_run_with_the_fleet_wide_check_loads_the_whole_location(
-    tmp_path, monkeypatch, instance
-):
+def test_a_run_with_the_fleet_wide_check_loads_the_whole_location(tmp_path, monkeypatch, instance):
     """`caught_up` is one op over every table: a run selecting it is planned against the
     fleet's op, which one table's definitions do not have."""
     _fleet(tmp_path, monkeypatch, 20)
@@ -224,8 +227,7 @@ def test_a_run_with_the_fleet_wide_check_loads_the_whole_location(
     )
     events = _worker(instance, _create_run(instance, location, req))
     assert (
-        f"{WHOLE_LOCATION_EVENT}: the run selects checks that are not {TABLE}'s own "
-        f"({CAUGHT_UP})"
+        f"{WHOLE_LOCATION_EVENT}: the run selects checks that are not {TABLE}'s own ({CAUGHT_UP})"
     ) in _texts(events)
     assert _started_steps(events)
 
@@ -237,12 +239,12 @@ def test_a_table_job_unlike_the_planned_one_is_never_used(tmp_path, monkeypatch,
     location = _code_location(instance)
     run = _create_run(instance, location, _sensor_request(instance))
     real = table_job.resources_from_env
-    monkeypatch.setattr(
-        table_job, "resources_from_env", lambda: {**real(), "extra": dg.ResourceDefinition.none_resource()}
-    )
+    extra = {"extra": dg.ResourceDefinition.none_resource()}
+    monkeypatch.setattr(table_job, "resources_from_env", lambda: {**real(), **extra})
     events = _worker(instance, run)
     texts = _texts(events)
-    assert f"{WHOLE_LOCATION_EVENT}: {TABLE}'s job differs from the one the run was planned with" in texts
+    differs = f"{TABLE}'s job differs from the one the run was planned with"
+    assert f"{WHOLE_LOCATION_EVENT}: {differs}" in texts
     assert _started_steps(events)  # and the run still runs, on the whole location
 
 
@@ -255,9 +257,7 @@ def test_processes_without_a_run_get_the_whole_location(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_the_instance_run_launcher_starts_a_worker_of_one_table(
-    tmp_path, monkeypatch, instance
-):
+def test_the_instance_run_launcher_starts_a_worker_of_one_table(tmp_path, monkeypatch, instance):
     """The daemon's and the UI's way: DefaultRunLauncher -> the code server (a gRPC
     subprocess) -> its run subprocess, which loads `s3rs_assets.definitions` fresh."""
     from dagster._core.workspace.context import WorkspaceProcessContext
