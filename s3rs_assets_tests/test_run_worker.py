@@ -271,8 +271,13 @@ def test_the_instance_run_launcher_starts_a_worker_of_one_table(tmp_path, monkey
         run = _create_run(instance, location, _sensor_request(instance))
         instance.launch_run(run.run_id, workspace)
         deadline = time.monotonic() + 240
+        while not _started_steps(instance.all_logs(run.run_id)):
+            assert not instance.get_run_by_id(run.run_id).is_finished, "no step started"
+            assert time.monotonic() < deadline, "no step started in time"
+            time.sleep(0.5)
+        instance.run_launcher.terminate(run.run_id)  # the step would only fail and retry
         while not instance.get_run_by_id(run.run_id).is_finished:
-            assert time.monotonic() < deadline, "the run did not finish"
+            assert time.monotonic() < deadline, "the run did not stop"
             time.sleep(0.5)
     events = list(instance.all_logs(run.run_id))
     assert f"{ONE_TABLE_EVENT} {TABLE} alone" in _texts(events), _texts(events)
