@@ -16,9 +16,6 @@ from collections import Counter
 
 import dagster as dg
 import pytest
-from dagster._core.definitions.selector import JobSubsetSelector
-from dagster._core.remote_origin import InProcessCodeLocationOrigin
-from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 from dagster._grpc.impl import core_execute_run
 from dagster._utils.hosted_user_process import recon_job_from_origin
 
@@ -35,6 +32,7 @@ from s3rs_assets.names import (
 from s3rs_assets.table_job import ONE_TABLE_EVENT, WHOLE_LOCATION_EVENT
 from s3rs_assets_tests import test_fleet
 from s3rs_assets_tests.conftest import REPO
+from s3rs_assets_tests.daemon_runs import code_location, create_run, started_steps
 from s3rs_assets_tests.test_fleet import write_fleet
 
 TABLE = "fleet_s3.t0003"
@@ -69,18 +67,6 @@ def _fleet(tmp_path, monkeypatch, n: int, jobs_max: int | None = 5) -> None:
     _fresh_process()
 
 
-def _code_location(instance):
-    origin = InProcessCodeLocationOrigin(
-        LoadableTargetOrigin(
-            module_name="s3rs_assets.definitions",
-            attribute="defs",
-            working_directory=str(REPO),
-        ),
-        location_name=CODE_LOCATION,
-    )
-    return origin.create_location(instance)
-
-
 def _sensor_request(instance, table: str = TABLE) -> dg.RunRequest:
     """The stage chain's request after `table`'s backup materialized a partition."""
     instance.report_runless_asset_event(
@@ -90,53 +76,6 @@ def _sensor_request(instance, table: str = TABLE) -> dg.RunRequest:
     ctx = dg.build_sensor_context(instance=instance, repository_def=repo)
     (req,) = repo.get_sensor_def(STAGE_CHAIN).evaluate_tick(ctx).run_requests
     return req
-
-
-def _create_run(instance, location, req: dg.RunRequest) -> dg.DagsterRun:
-    """What the sensor daemon does with a run request (dagster/_daemon/sensor.py,
-    `_create_sensor_run`): the location's subset job, its plan, the run."""
-    repo = location.get_repository("__repository__")
-    remote_job = location.get_job(
-        JobSubsetSelector(
-            location_name=location.name,
-            repository_name=repo.name,
-            job_name=req.job_name,
-            op_selection=None,
-            asset_selection=set(req.asset_selection) if req.asset_selection else None,
-            asset_check_selection=(
-                set(req.asset_check_keys) if req.asset_check_keys is not None else None
-            ),
-        )
-    )
-    plan = location.get_execution_plan(
-        remote_job,
-        req.run_config,
-        step_keys_to_execute=None,
-        known_state=None,
-        instance=instance,
-    )
-    return instance.create_run(
-        job_name=req.job_name,
-        run_id=None,
-        run_config=req.run_config,
-        resolved_op_selection=remote_job.resolved_op_selection,
-        step_keys_to_execute=None,
-        status=dg.DagsterRunStatus.NOT_STARTED,
-        op_selection=None,
-        root_run_id=None,
-        parent_run_id=None,
-        tags={**(remote_job.run_tags or {}), **req.tags},
-        job_snapshot=remote_job.job_snapshot,
-        execution_plan_snapshot=plan.execution_plan_snapshot,
-        parent_job_snapshot=remote_job.parent_job_snapshot,
-        remote_job_origin=remote_job.get_remote_origin(),
-        job_code_origin=remote_job.get_python_origin(),
-        asset_selection=frozenset(req.asset_selection) if req.asset_selection else None,
-        asset_check_selection=(
-            frozenset(req.asset_check_keys) if req.asset_check_keys is not None else None
-        ),
-        asset_graph=repo.asset_graph,
-    )
 
 
 def _worker(instance, run: dg.DagsterRun) -> list[dg.EventLogEntry]:
@@ -158,18 +97,10 @@ def _texts(events) -> list[str]:
     return [e.message or "" for e in events]
 
 
-def _started_steps(events) -> set[str]:
-    return {
-        e.step_key
-        for e in events
-        if e.dagster_event and e.dagster_event.event_type_value == "STEP_START"
-    }
-
-
 def _launched_run(tmp_path, monkeypatch, instance, counts, n: int, jobs_max: int | None):
     _fleet(tmp_path, monkeypatch, n, jobs_max)
-    location = _code_location(instance)
-    run = _create_run(instance, location, _sensor_request(instance))
+    location = code_location(instance, REPO)
+    run = create_run(instance, location, _sensor_request(instance))
     counts.clear()
     events = _worker(instance, run)
     return run, events, Counter(counts)
@@ -189,7 +120,7 @@ def test_a_launched_run_builds_its_table_alone_whatever_the_fleet(
             assert run.job_name == job_name(TABLE)
         assert f"{ONE_TABLE_EVENT} {TABLE} alone" in _texts(events)
         planned = instance.get_execution_plan_snapshot(run.execution_plan_snapshot_id)
-        started = _started_steps(events)
+        started = started_steps(events)
         assert started and started <= {s.key for s in planned.steps}
         seen.append(built)
     assert seen[0]["ops"] == seen[1]["ops"] <= 5  # two assets, three checks at most
@@ -204,40 +135,40 @@ def test_a_run_of_the_fleet_or_of_two_tables_loads_the_whole_location(
     tmp_path, monkeypatch, instance, counts
 ):
     _fleet(tmp_path, monkeypatch, 20)
-    location = _code_location(instance)
+    location = code_location(instance, REPO)
     other = "fleet_s1.t0011"
     both = [asset_key(TABLE, "redshift_table"), asset_key(other, "redshift_table")]
     req = dg.RunRequest(job_name=ASSET_JOB, asset_selection=both, asset_check_keys=[])
-    events = _worker(instance, _create_run(instance, location, req))
+    events = _worker(instance, create_run(instance, location, req))
     assert f"{WHOLE_LOCATION_EVENT}: the run selects 2 tables' assets" in _texts(events)
-    assert _started_steps(events) <= {"__".join(k.path) for k in both}
-    assert _started_steps(events)
+    assert started_steps(events) <= {"__".join(k.path) for k in both}
+    assert started_steps(events)
 
 
 def test_a_run_with_the_fleet_wide_check_loads_the_whole_location(tmp_path, monkeypatch, instance):
     """`caught_up` is one op over every table: a run selecting it is planned against the
     fleet's op, which one table's definitions do not have."""
     _fleet(tmp_path, monkeypatch, 20)
-    location = _code_location(instance)
+    location = code_location(instance, REPO)
     key = asset_key(TABLE, "redshift_table")
     req = dg.RunRequest(
         job_name=ASSET_JOB,
         asset_selection=[key],
         asset_check_keys=[dg.AssetCheckKey(key, CAUGHT_UP)],
     )
-    events = _worker(instance, _create_run(instance, location, req))
+    events = _worker(instance, create_run(instance, location, req))
     assert (
         f"{WHOLE_LOCATION_EVENT}: the run selects checks that are not {TABLE}'s own ({CAUGHT_UP})"
     ) in _texts(events)
-    assert _started_steps(events)
+    assert started_steps(events)
 
 
 def test_a_table_job_unlike_the_planned_one_is_never_used(tmp_path, monkeypatch, instance):
     """The guard: if one table's definitions drift from the location's (here a resource the
     location does not have), the run worker loads the whole location."""
     _fleet(tmp_path, monkeypatch, 20)
-    location = _code_location(instance)
-    run = _create_run(instance, location, _sensor_request(instance))
+    location = code_location(instance, REPO)
+    run = create_run(instance, location, _sensor_request(instance))
     real = table_job.resources_from_env
     extra = {"extra": dg.ResourceDefinition.none_resource()}
     monkeypatch.setattr(table_job, "resources_from_env", lambda: {**real(), **extra})
@@ -245,7 +176,7 @@ def test_a_table_job_unlike_the_planned_one_is_never_used(tmp_path, monkeypatch,
     texts = _texts(events)
     differs = f"{TABLE}'s job differs from the one the run was planned with"
     assert f"{WHOLE_LOCATION_EVENT}: {differs}" in texts
-    assert _started_steps(events)  # and the run still runs, on the whole location
+    assert started_steps(events)  # and the run still runs, on the whole location
 
 
 def test_processes_without_a_run_get_the_whole_location(tmp_path, monkeypatch):
@@ -268,10 +199,10 @@ def test_the_instance_run_launcher_starts_a_worker_of_one_table(tmp_path, monkey
     with WorkspaceProcessContext(instance, target) as ctx:
         workspace = ctx.create_request_context()
         location = workspace.get_code_location(CODE_LOCATION)
-        run = _create_run(instance, location, _sensor_request(instance))
+        run = create_run(instance, location, _sensor_request(instance))
         instance.launch_run(run.run_id, workspace)
         deadline = time.monotonic() + 240
-        while not _started_steps(instance.all_logs(run.run_id)):
+        while not started_steps(instance.all_logs(run.run_id)):
             assert not instance.get_run_by_id(run.run_id).is_finished, "no step started"
             assert time.monotonic() < deadline, "no step started in time"
             time.sleep(0.5)
@@ -281,4 +212,4 @@ def test_the_instance_run_launcher_starts_a_worker_of_one_table(tmp_path, monkey
             time.sleep(0.5)
     events = list(instance.all_logs(run.run_id))
     assert f"{ONE_TABLE_EVENT} {TABLE} alone" in _texts(events), _texts(events)
-    assert _started_steps(events)
+    assert started_steps(events)
