@@ -19,6 +19,10 @@ import os
 from typing import Any
 
 import dagster as dg
+from dagster._core.definitions.definitions_load_context import (
+    DefinitionsLoadContext,
+    DefinitionsLoadType,
+)
 from dagster.components.definitions import LazyDefinitions
 
 from s3rs_assets.assets import build_sync_job, build_table_assets
@@ -77,8 +81,9 @@ def whole_location() -> dg.Definitions:
 
 def location() -> dg.Definitions:
     """What Dagster gets for the code location in this process (see the module docstring)."""
-    worker = run_being_executed()
-    if worker is None:
+    reconstructing = DefinitionsLoadContext.get().load_type is DefinitionsLoadType.RECONSTRUCTION
+    worker = run_being_executed() if reconstructing else None
+    if worker is None:  # the UI, the daemon, the code server: never less than the fleet
         return whole_location()
     run_id = worker.run.run_id
     if run_id not in _FOR_RUN:
