@@ -2,6 +2,10 @@
 
 * definitions load: a fresh process importing `s3rs_assets.definitions` and building its
   repository, for `--fleet-sizes` generated tables (none of them need exist in MySQL);
+* run worker start-up: a run of one table planned as the sensor daemon plans it, executed
+  by `dagster api execute_run` (a fresh process, as a run launcher starts one), from the
+  process start to its first step, among 10 and `--fleet-tables` generated tables; the step
+  itself fails (the tables do not exist), only its start is timed;
 * `sync -t` start-up: one real small table configured alone among 10 and among 2,000
   (`--fleet-tables`), from the process start to its run's first step (an unchanged sync,
   after a first one not timed);
@@ -11,19 +15,27 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import time
+from contextlib import suppress
 from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import dagster as dg
+from dagster._core.instance.ref import InstanceRef
 
 from benchmarks.context import Ctx
 from benchmarks.harness import Report, say, uptime
 from benchmarks.services import SCHEMA, ensure_pg, mysql_connect
 from benchmarks.sync_cli import SyncEnv
 from s3rs_assets.names import TABLE_TAG
+from s3rs_assets_tests.daemon_runs import started_steps
+
+REPO = Path(__file__).resolve().parent.parent
 
 SCHEMAS = 5
 #: the real fleet's MySQL schemas, `<FLEET_SCHEMA><i>`: under a throwaway S3RS_BENCH_SCHEMA
@@ -63,6 +75,50 @@ def definitions_load(sync: SyncEnv, n: int) -> tuple[float, float]:
         cwd=sync.workdir,
     )
     return time.perf_counter() - t0, float(out.stdout.strip().splitlines()[-1])
+
+
+def worker_startup(sync: SyncEnv, n: int, code_dir: Path = REPO) -> float | None:
+    """Seconds from starting the run worker of a planned one-table run to its first step,
+    `n` tables configured; the worker runs the code in `code_dir`."""
+    sync.tables = fake_entries(n, date(2024, 1, 1))
+    sync.__post_init__()
+    home = sync.workdir / f"dagster_home_{n}"
+    home.mkdir(exist_ok=True)
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    env = {**sync.environ(), "DAGSTER_HOME": str(home)}
+    plan = subprocess.run(
+        [sys.executable, "-m", "benchmarks.fleet_worker", str(home), str(code_dir)],
+        env=env,
+        text=True,
+        capture_output=True,
+        check=True,
+        cwd=REPO,
+    )
+    args = plan.stdout.strip().splitlines()[-1]
+    worker_env = {**env, "PYTHONPATH": str(code_dir)}
+    t0 = time.time()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dagster", "api", "execute_run", args],
+        env=worker_env,
+        cwd=code_dir,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    first = None
+    try:
+        with dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(home))) as instance:
+            run_id = instance.get_runs(limit=1)[0].run_id
+            deadline = time.monotonic() + 600
+            while first is None and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.2)
+                starts = [e.timestamp for e in instance.all_logs(run_id) if started_steps([e])]
+                first = min(starts, default=None)
+    finally:
+        with suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # the step would only fail and retry
+        proc.wait()
+    return None if first is None else first - t0
 
 
 def make_table(ctx: Ctx, schema: str, table: str, rows: int, day: date) -> None:
@@ -148,6 +204,15 @@ def run(ctx: Ctx) -> Report:
         say(f"    {n} tables: {inside:.1f} s (process {wall:.1f} s)")
         rep.add("defs", f"definitions load, {n} tables", None, inside, key=f"defs_{n}")
     rep.details["definitions_load_s"] = loads
+    workers: dict[int, float | None] = {}
+    for n in (10, args.fleet_tables):
+        tries = [worker_startup(sync, n) for _ in range(2)]
+        workers[n] = min((t for t in tries if t is not None), default=None)
+        rep.details.setdefault("worker_startup_tries_s", {})[n] = tries
+        say(f"    run worker (a launched run) with {n} tables: first step after {tries} s")
+        # a summary line and details, not a report line (the smoke test pins the lines)
+        rep.summary.append(f"run worker to the first step, {n} tables: {workers[n]} s")
+    rep.details["worker_startup_s"] = workers
     ensure_pg(ctx.pg)
     make_table(ctx, SCHEMA, PROBE, 200, today)
     sync_startup(ctx, sync, 1, today)  # the first sync, not timed
