@@ -5,23 +5,22 @@ Runs go through `execute_job` on the job reconstructed from `s3rs_assets.table_j
 run's table alone: its start-up does not grow with the fleet), in this process: they are
 recorded in the Dagster instance (so they show in the UI with their
 metadata), and several tables synced by one command share one SparkSession.
+
+Dagster is imported where a run is executed or the instance opened, not with this module:
+`s3rs sync` plans without it and an unchanged table never loads it (test_imports.py).
 """
 
 from __future__ import annotations
 
 import os
-
-import dagster as dg
+from typing import TYPE_CHECKING, Any
 
 from s3rs_assets.errors import ConfigError
-from s3rs_assets.names import (
-    REPOSITORY_LABEL,
-    REPOSITORY_TAG,
-    asset_key,
-    run_tags,
-)
 from s3rs_assets.partitions import partitions_def
 from s3rs_assets.work import SyncPlan
+
+if TYPE_CHECKING:
+    import dagster as dg
 
 DEFINITIONS_MODULE = "s3rs_assets.table_job"
 # One planned-materialization event per asset for a range run, not one per partition: a run
@@ -30,12 +29,28 @@ DEFINITIONS_MODULE = "s3rs_assets.table_job"
 os.environ.setdefault("DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS", "1")
 
 
-def instance() -> dg.DagsterInstance:
+def __getattr__(name: str) -> Any:
+    """`runner.dg`: the dagster module, imported on first use."""
+    if name == "dg":
+        import dagster
+
+        return dagster
+    raise AttributeError(name)
+
+
+def check_home() -> None:
+    """DAGSTER_HOME is set (ConfigError otherwise), checked without importing Dagster."""
     if not os.environ.get("DAGSTER_HOME"):
         raise ConfigError(
             "DAGSTER_HOME is not set: point it at the Dagster instance directory the UI uses "
             "(the demo uses .local/dagster_home; `source scripts/env.sh` sets it)"
         )
+
+
+def instance() -> dg.DagsterInstance:
+    check_home()
+    import dagster as dg
+
     return dg.DagsterInstance.get()
 
 
@@ -70,6 +85,10 @@ def execute(
     loggers: dict | None = None,
 ) -> dg.ExecuteJobResult:
     """Run `plan` in this process; `loggers` overrides the run's Dagster loggers config."""
+    import dagster as dg
+
+    from s3rs_assets.names import REPOSITORY_LABEL, REPOSITORY_TAG, asset_key, run_tags
+
     # Reconstructable (not the job object itself): execute_job records the run with a
     # pointer to the code, as `dagster job execute` would.
     recon = dg.build_reconstructable_job(
