@@ -22,7 +22,15 @@ from s3rs_assets.work import SyncPlan
 if TYPE_CHECKING:
     import dagster as dg
 
-DEFINITIONS_MODULE = "s3rs_assets.table_job"
+#: where a run's job is reconstructed from: `sync_job` below (table_job.sync_job, built once
+#: per `execute`)
+DEFINITIONS_MODULE = "s3rs_assets.runner"
+#: tables whose run this process is starting or executing, and their jobs once built:
+#: Dagster reconstructs a run's job from its pointer four times per run (to check it, to
+#: plan, to run, for the step context), each a full build of the table's assets, checks
+#: and job (~50-100 ms)
+_EXECUTING: set[str] = set()
+_BUILT: dict[str, Any] = {}
 # One planned-materialization event per asset for a range run, not one per partition: a run
 # over 1,000 partitions then costs ~50 s less on SQLite (Dagster's own switch; the UI's
 # webserver and the daemon need it in their environment too: scripts/env.sh sets it).
@@ -36,6 +44,19 @@ def __getattr__(name: str) -> Any:
 
         return dagster
     raise AttributeError(name)
+
+
+def sync_job(table: str) -> dg.JobDefinition:
+    """`table_job.sync_job(table)`, built once for a run this process executes (what the
+    runs' pointers name: re-executed from the UI, it builds)."""
+    job = _BUILT.get(table)
+    if job is None:
+        from s3rs_assets.table_job import sync_job as build
+
+        job = build(table)
+        if table in _EXECUTING:
+            _BUILT[table] = job
+    return job
 
 
 def check_home() -> None:
@@ -87,6 +108,25 @@ def execute(
     """Run `plan` in this process; `loggers` overrides the run's Dagster loggers config."""
     import dagster as dg
 
+    name = plan.table.name
+    _EXECUTING.add(name)
+    _BUILT.pop(name, None)  # built afresh for each run: the configuration may have changed
+    try:
+        return _execute_job(dg, plan, name, inst, limit, extra_tags, loggers)
+    finally:
+        _EXECUTING.discard(name)
+        _BUILT.pop(name, None)
+
+
+def _execute_job(
+    dg: Any,
+    plan: SyncPlan,
+    name: str,
+    inst: dg.DagsterInstance,
+    limit: int | None,
+    extra_tags: dict[str, str] | None,
+    loggers: dict | None,
+) -> dg.ExecuteJobResult:
     from s3rs_assets.names import REPOSITORY_LABEL, REPOSITORY_TAG, asset_key, run_tags
 
     # Reconstructable (not the job object itself): execute_job records the run with a
@@ -94,7 +134,7 @@ def execute(
     recon = dg.build_reconstructable_job(
         DEFINITIONS_MODULE,
         "sync_job",
-        reconstructable_args=(plan.table.name,),
+        reconstructable_args=(name,),
         reconstructor_working_directory=os.getcwd(),
     )
     run_config: dict = {}

@@ -273,7 +273,7 @@ def _run_plans(
         return UNUSABLE, budget, checks_failed
     for plan in prepared.plans:
         echo(f"{table.name}: {' + '.join(plan.stages)}, partitions {plan.start} .. {plan.end}")
-        before = _rows_extracted(store, table)
+        before = _rows_extracted(store, table) if budget is not None else 0  # --limit only
         token = uuid.uuid4().hex
         monitor = SyncMonitor(table, plan.stages, dagster, s3, token, tty=tty)
         monitor.start()
