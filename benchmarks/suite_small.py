@@ -110,8 +110,9 @@ def timed_cli(sync: SyncEnv, args: tuple[str, ...], timeout: float) -> tuple[flo
     out = sync.cli(*args, check=False, timeout=timeout)
     seconds = time.perf_counter() - t0
     if out.returncode not in (0, 1):
-        raise SystemExit(f"bench: `s3rs {' '.join(args)}` exited {out.returncode}:\n"
-                         f"{out.output[-3000:]}")
+        raise SystemExit(
+            f"bench: `s3rs {' '.join(args)}` exited {out.returncode}:\n{out.output[-3000:]}"
+        )
     return seconds, out.returncode
 
 
@@ -125,9 +126,14 @@ def run(ctx: Ctx) -> Report:
     name = f"{SCHEMA}.{table}"
     rep.details["seed"] = seeded
     ensure_pg(ctx.pg)
-    entry = {"name": name, "start": day.isoformat(), "primary_key": ["id"],
-             "chunk_rows": ctx.args.chunk_rows, "parallelism": ctx.args.parallelism,
-             "reader": ctx.args.reader}
+    entry = {
+        "name": name,
+        "start": day.isoformat(),
+        "primary_key": ["id"],
+        "chunk_rows": ctx.args.chunk_rows,
+        "parallelism": ctx.args.parallelism,
+        "reader": ctx.args.reader,
+    }
     sync = SyncEnv(ctx.mysql, ctx.pg, ctx.bucket, "small", [entry])
     trees = code_trees(ctx)
     say(f"==> small: {name} ({rows:,} rows on {day}), code {', '.join(trees)}")
@@ -177,20 +183,33 @@ def profile(sync: SyncEnv, out: Path, what: str, name: str) -> None:
     cli = ["-m", "s3rs_assets.cli", "sync", "--no-progress", "-t", name]
     prof = subprocess.run(
         [sys.executable, "-m", "cProfile", "-o", str(out / f"{what}.prof"), *cli],
-        env=sync.environ(), cwd=sync.workdir, capture_output=True, text=True,
+        env=sync.environ(),
+        cwd=sync.workdir,
+        capture_output=True,
+        text=True,
     )
     if prof.returncode != 0:
         raise SystemExit(f"bench: profiled sync exited {prof.returncode}:\n{prof.stderr[-3000:]}")
     say(f"    profiled the {what} sync: {out / what}.prof")
     if what != "unchanged":
         return
-    imports = subprocess.run([sys.executable, "-X", "importtime", *cli], env=sync.environ(),
-                             cwd=sync.workdir, capture_output=True, text=True)
+    imports = subprocess.run(
+        [sys.executable, "-X", "importtime", *cli],
+        env=sync.environ(),
+        cwd=sync.workdir,
+        capture_output=True,
+        text=True,
+    )
     (out / f"{what}.importtime").write_text(imports.stderr)
 
 
-def report(rep: Report, trees: list[str], times: dict[str, dict[str, list[float]]],
-           loads: list[str], n: int) -> None:
+def report(
+    rep: Report,
+    trees: list[str],
+    times: dict[str, dict[str, list[float]]],
+    loads: list[str],
+    n: int,
+) -> None:
     figures: dict[str, Any] = {}
     for i, tree in enumerate(trees):
         label = f"[{i}] " if len(trees) > 1 else ""
@@ -199,12 +218,19 @@ def report(rep: Report, trees: list[str], times: dict[str, dict[str, list[float]
             low, mid = min(values), statistics.median(values)
             figures[tree][key] = {"min": low, "median": mid, "all": values}
             rows = n if key in ("sync_increment", "increment_runs") else None
-            rep.add("small", f"{label}{key} (min of {len(values)}; median {mid:.2f} s)",
-                    rows, low, key=f"{key}{'_' + str(i) if i else ''}")
+            rep.add(
+                "small",
+                f"{label}{key} (min of {len(values)}; median {mid:.2f} s)",
+                rows,
+                low,
+                key=f"{key}{'_' + str(i) if i else ''}",
+            )
         for key, goal in TARGETS.items():
             mid = figures[tree][key]["median"]
-            rep.summary.append(f"{label}{key}: median {mid:.2f} s (target <= {goal} s: "
-                               f"{'met' if mid <= goal else 'NOT met'})")
+            rep.summary.append(
+                f"{label}{key}: median {mid:.2f} s (target <= {goal} s: "
+                f"{'met' if mid <= goal else 'NOT met'})"
+            )
     if len(trees) > 1:
         rep.summary.extend(f"[{i}] {tree}" for i, tree in enumerate(trees))
     rep.summary.extend(f"load: {line}" for line in loads[:1] + loads[-1:])

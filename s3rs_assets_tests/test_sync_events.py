@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections import Counter
 from datetime import datetime, timedelta
 
+import pytest
+
 from s3rs_assets_tests.helpers import insert_rows
 from s3rs_assets_tests.test_cli import (  # noqa: F401 - the CLI tests' fixtures
     _detach_log_handler,
@@ -28,19 +30,19 @@ EVENTS = 31
 MESSAGES = 6
 
 
-def test_an_increment_run_writes_few_events_and_builds_its_job_once(  # noqa: F811
-    stack, orders, monkeypatch  # noqa: F811 - the fixtures imported above
-):
+@pytest.mark.usefixtures("orders")
+def test_an_increment_run_writes_few_events_and_builds_its_job_once(request, monkeypatch):
+    env = request.getfixturevalue("stack")  # test_cli's, as `orders` uses it
     import dagster as dg
 
     from s3rs_assets import table_job
     from s3rs_assets.names import TABLE_TAG
 
-    name = stack.name("cli_orders")
+    name = env.name("cli_orders")
     first = invoke("sync", "-t", name, "--no-progress")
     assert first.exit_code == 0, first.output
     stamp = datetime.now() - timedelta(minutes=20)
-    with mysql(stack.db) as conn:
+    with mysql(env.db) as conn:
         insert_rows(conn, "cli_orders", [(i, stamp) for i in range(61, 71)])
     builds: list[str] = []
     build = table_job.sync_job
@@ -53,7 +55,7 @@ def test_an_increment_run_writes_few_events_and_builds_its_job_once(  # noqa: F8
     r = invoke("sync", "-t", name, "--no-progress")
     assert r.exit_code == 0, r.output
     assert r.stdout.count(" succeeded") == 1, r.stdout
-    with dg.DagsterInstance.from_config(str(stack.home)) as inst:
+    with dg.DagsterInstance.from_config(str(env.home)) as inst:
         runs = inst.get_runs(filters=dg.RunsFilter(tags={TABLE_TAG: name}), limit=1)
         entries = inst.all_logs(runs[0].run_id)
     assert builds == [name], builds  # built once for the run, not once per reconstruction

@@ -26,4 +26,5 @@ def __getattr__(name: str) -> Any:
         return getattr(run, name)
     raise AttributeError(name)
 
+
 __all__ = ["BackupRun", "PartitionRun", "Scan", "close_empty", "scan", "signature"]
