@@ -27,7 +27,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -71,12 +71,21 @@ def spark_connect(master: str) -> Iterator[str]:
     state = Path(tempfile.mkdtemp(prefix="s3rs-bench-connect-"))
     settings = spark_server.ServerSettings(port=free_port(), master=master, state_dir=state)
     t0 = time.perf_counter()
+    client = None
     try:
         proc = spark_server.launch(settings)
         spark_server.wait_ready(settings, proc)
         say(f"    Spark Connect server {settings.url} ready in {time.perf_counter() - t0:.1f} s")
+        from pyspark.sql import SparkSession
+
+        client = SparkSession.builder.remote(settings.url).getOrCreate()  # wait_ready's
         yield settings.url
     finally:
+        if client is not None:
+            # released while the server still answers: left open, its release at exit
+            # retries against a stopped server for minutes
+            with suppress(Exception):
+                client.stop()
         spark_server.stop(state)
 
 
