@@ -16,7 +16,10 @@ Suites (one module each; the shared timing, table and JSON code is in harness.py
 * fleet: definitions load for 10/500/2,000 tables, `sync -t` start-up with 10 and 2,000
   tables configured, 200 small real tables in 5 schemas with `--parallel 4` (issue 18);
 * fleet_scan: a new_data and a guard sensor tick and `s3rs status` over --scan-tables
-  (2,000) small tables in --scan-schemas (5) schemas (issue 18).
+  (2,000) small tables in --scan-schemas (5) schemas (issue 18);
+* small: whole commands in fresh processes: start-up of the commands that run no sync, an
+  unchanged `sync -t` and a --increment-row increment attached to a Spark Connect server,
+  optionally for several code trees in turns (--small-code; issue 19).
 
 Every size follows --rows, so `--rows 2000` is a smoke run. dlt and reladiff are
 optional: without them (the shared .venv) their lines are skipped with a note. The
@@ -40,6 +43,7 @@ from benchmarks import (
     suite_fleet_scan,
     suite_reconcile,
     suite_shape,
+    suite_small,
 )
 from benchmarks.context import Ctx
 from benchmarks.harness import machine_info, print_report, say, uptime, write_json
@@ -53,6 +57,7 @@ SUITES = {
     "reconcile": suite_reconcile.run,
     "fleet": suite_fleet.run,
     "fleet_scan": suite_fleet_scan.run,
+    "small": suite_small.run,
 }
 STAGES = ("backup", "load", "e2e")
 
@@ -63,7 +68,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     ap.add_argument("--suite", default="core", help="core, decimal, shape, reconcile, fleet, "
-                    "all, or a comma-separated list (default core)")
+                    "fleet_scan, small, all, or a comma-separated list (default core)")
     ap.add_argument("--rows", type=int, default=1_000_000, help="main table size (default 1M)")
     ap.add_argument("--chunk-rows", type=int, default=100_000, help="s3rs chunk_rows")
     ap.add_argument("--parallelism", type=int, default=2, help="s3rs parallelism (sub-ranges)")
@@ -108,6 +113,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     scan.add_argument("--scan-tables", type=int, default=2000, help="tables (default 2000)")
     scan.add_argument("--scan-schemas", type=int, default=5, help="MySQL schemas (default 5)")
     scan.add_argument("--scan-drop", action="store_true", help="drop the schemas at the end")
+    small = ap.add_argument_group("small")
+    small.add_argument("--small-rows", type=int, default=3000,
+                       help="rows of the small table (at most --rows; default 3000)")
+    small.add_argument("--small-repeat", type=int, default=5, help="repeats of each command")
+    small.add_argument("--small-master", default="local[2]",
+                       help="master of the suite's Spark Connect server (default local[2])")
+    small.add_argument("--small-code", default="",
+                       help="code trees (comma-separated) whose commands run in turns "
+                       "(default: this one)")
+    small.add_argument("--small-profile", type=Path, default=None,
+                       help="profile one more increment and unchanged sync into this directory")
     return check_args(ap, ap.parse_args(argv))
 
 

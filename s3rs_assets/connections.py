@@ -124,6 +124,17 @@ class MySQLConnector:
                 ) from None
         raise AssertionError("unreachable")
 
+    @contextmanager
+    def connection(self) -> Iterator[pymysql.connections.Connection]:
+        """A connection of its own, closed on leaving: `MySQLResource.connection`'s surface
+        for code that plans outside a run (`work.prepare` from `s3rs sync`)."""
+        conn = self.connect()
+        try:
+            yield conn
+        finally:
+            with suppress(Exception):
+                conn.close()
+
 
 @functools.cache
 def _mysql_connection_class() -> type[pymysql.connections.Connection]:

@@ -5,38 +5,73 @@ Runs go through `execute_job` on the job reconstructed from `s3rs_assets.table_j
 run's table alone: its start-up does not grow with the fleet), in this process: they are
 recorded in the Dagster instance (so they show in the UI with their
 metadata), and several tables synced by one command share one SparkSession.
+
+Dagster is imported where a run is executed or the instance opened, not with this module:
+`s3rs sync` plans without it and an unchanged table never loads it (test_imports.py).
 """
 
 from __future__ import annotations
 
 import os
-
-import dagster as dg
+from typing import TYPE_CHECKING, Any
 
 from s3rs_assets.errors import ConfigError
-from s3rs_assets.names import (
-    REPOSITORY_LABEL,
-    REPOSITORY_TAG,
-    asset_key,
-    run_tags,
-    sync_check_keys,
-)
 from s3rs_assets.partitions import partitions_def
 from s3rs_assets.work import SyncPlan
 
-DEFINITIONS_MODULE = "s3rs_assets.table_job"
+if TYPE_CHECKING:
+    import dagster as dg
+
+#: where a run's job is reconstructed from: `sync_job` below (table_job.sync_job, built once
+#: per `execute`)
+DEFINITIONS_MODULE = "s3rs_assets.runner"
+#: tables whose run this process is starting or executing, and their jobs once built:
+#: Dagster reconstructs a run's job from its pointer four times per run (to check it, to
+#: plan, to run, for the step context), each a full build of the table's assets, checks
+#: and job (~50-100 ms)
+_EXECUTING: set[str] = set()
+_BUILT: dict[str, Any] = {}
 # One planned-materialization event per asset for a range run, not one per partition: a run
 # over 1,000 partitions then costs ~50 s less on SQLite (Dagster's own switch; the UI's
 # webserver and the daemon need it in their environment too: scripts/env.sh sets it).
 os.environ.setdefault("DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS", "1")
 
 
-def instance() -> dg.DagsterInstance:
+def __getattr__(name: str) -> Any:
+    """`runner.dg`: the dagster module, imported on first use."""
+    if name == "dg":
+        import dagster
+
+        return dagster
+    raise AttributeError(name)
+
+
+def sync_job(table: str) -> dg.JobDefinition:
+    """`table_job.sync_job(table)`, built once for a run this process executes (what the
+    runs' pointers name: re-executed from the UI, it builds)."""
+    job = _BUILT.get(table)
+    if job is None:
+        from s3rs_assets.table_job import sync_job as build
+
+        job = build(table)
+        if table in _EXECUTING:
+            _BUILT[table] = job
+    return job
+
+
+def check_home() -> None:
+    """DAGSTER_HOME is set (ConfigError otherwise), checked without importing Dagster."""
     if not os.environ.get("DAGSTER_HOME"):
         raise ConfigError(
             "DAGSTER_HOME is not set: point it at the Dagster instance directory the UI uses "
             "(the demo uses .local/dagster_home; `source scripts/env.sh` sets it)"
         )
+
+
+def instance() -> dg.DagsterInstance:
+    check_home()
+    import dagster as dg
+
     return dg.DagsterInstance.get()
 
 
@@ -71,12 +106,41 @@ def execute(
     loggers: dict | None = None,
 ) -> dg.ExecuteJobResult:
     """Run `plan` in this process; `loggers` overrides the run's Dagster loggers config."""
+    import dagster as dg
+
+    name = plan.table.name
+    _EXECUTING.add(name)
+    _BUILT.pop(name, None)  # built afresh for each run: the configuration may have changed
+    try:
+        return _execute_job(dg, plan, name, inst, limit, extra_tags, loggers)
+    finally:
+        _EXECUTING.discard(name)
+        _BUILT.pop(name, None)
+
+
+def _execute_job(
+    dg: Any,
+    plan: SyncPlan,
+    name: str,
+    inst: dg.DagsterInstance,
+    limit: int | None,
+    extra_tags: dict[str, str] | None,
+    loggers: dict | None,
+) -> dg.ExecuteJobResult:
+    from s3rs_assets.names import (
+        REPOSITORY_LABEL,
+        REPOSITORY_TAG,
+        asset_key,
+        run_tags,
+        sync_check_keys,
+    )
+
     # Reconstructable (not the job object itself): execute_job records the run with a
     # pointer to the code, as `dagster job execute` would.
     recon = dg.build_reconstructable_job(
         DEFINITIONS_MODULE,
         "sync_job",
-        reconstructable_args=(plan.table.name,),
+        reconstructable_args=(name,),
         reconstructor_working_directory=os.getcwd(),
     )
     run_config: dict = {}

@@ -29,7 +29,7 @@ from typing import Any
 from s3rs_assets.backup import Scan, close_empty, scan
 from s3rs_assets.config import TableConfig
 from s3rs_assets.load import ledger_versions
-from s3rs_assets.partitions import partition_keys, partitions_def, windows
+from s3rs_assets.partitions import partition_keys, time_windows, windows
 from s3rs_assets.source import check_clock, describe, safety_bound
 from s3rs_assets.watermark import FileEntry, LoadState, WatermarkRecord
 from s3rs_assets.watermark.edits import first_incomplete
@@ -110,7 +110,7 @@ def plan_work(
     holding rows (they would be recomputed); load ranges join across anything (a load
     reads only unloaded files). Where that still leaves two runs or more (data days far
     apart), one catch-up run over the partitions with work replaces them (`catchup`)."""
-    all_windows = windows(partitions_def(table))
+    all_windows = windows(time_windows(table))
     index = {k: i for i, (k, _, _) in enumerate(all_windows)}
     closed = [
         record is not None
@@ -308,7 +308,7 @@ def prepare(
             if lost:
                 record = forget_lost(store, table.name, lost)
         if conn is not None:
-            found = scan(conn, src, record, windows(partitions_def(table)), bound)
+            found = scan(conn, src, record, windows(time_windows(table)), bound)
     if found.empty:
         close_empty(store, table.name, found.empty)
         record = store.read(table.name)

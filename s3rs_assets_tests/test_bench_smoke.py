@@ -35,6 +35,7 @@ ARGS = {
     "fleet_scan": ["--scan-tables", "40", "--scan-schemas", "2", "--scan-drop"],
     "fleet": ["--fleet-sizes", "10", "--fleet-tables", "20", "--fleet-real", "2",
               "--fleet-parallel", "2"],
+    "small": ["--small-repeat", "1"],
 }
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
@@ -161,3 +162,19 @@ def test_fleet(bench_schema: str, tmp_path: Path) -> None:
     assert all(v is not None for v in doc["sync_startup_s"].values()), doc
     assert "KILLED" not in stdout
     assert "sync --all --parallel 2 (unchanged)" in stdout
+
+
+def test_small(bench_schema: str, tmp_path: Path) -> None:
+    """Issue 19's figures: every command's start-up, an unchanged sync and an increment
+    attached to the suite's own Spark Connect server, against their targets."""
+    doc, stdout = run_suite("small", bench_schema, tmp_path)
+    (tree,) = doc["figures"]
+    figures = doc["figures"][tree]
+    assert set(figures) == {
+        "help", "watermark_get", "watermark_list", "status", "verify_help", "reconcile_help",
+        "s3clean_list", "sync_unchanged", "sync_increment", "increment_runs",
+    }
+    assert all(f["min"] > 0 and len(f["all"]) == 1 for f in figures.values()), figures
+    assert rate(doc, "sync_increment") > 0
+    assert "sync_unchanged: median" in stdout and "sync_increment: median" in stdout
+    assert "load average" in stdout

@@ -1,5 +1,6 @@
 """Commands that run no sync start without Dagster or Spark (issue 19, "small operations
-instant"): each runs in a fresh interpreter against the real services, and the modules it
+instant"), and so does `s3rs sync` of a table with nothing to do (Dagster comes with a
+run): each runs in a fresh interpreter against the real services, and the modules it
 imported are counted. Count, don't time: a bound on the count catches a heavy import long
 before a stopwatch would on a shared machine."""
 
@@ -43,7 +44,8 @@ HEAVY = (
 #: modules in sys.modules after the command, measured + ~5% (2026-11-27): 144 (--help),
 #: 459 (watermark get), 523 (watermark list: MySQL's clock for the lag), 495 (verify), 569
 #: (s3clean list), 639 (reconcile: no pyarrow since its repair files import it on use), 518
-#: (status, + ~10%); `import dagster` alone brings ~1,400, with dagster-pyspark ~1,900
+#: (status, + ~10%), 640 (an unchanged sync: MySQL probes, the warehouse ledger, S3);
+#: `import dagster` alone brings ~1,400, with dagster-pyspark ~1,900
 BOUND = {
     "--help": 155,
     "watermark": 550,
@@ -51,6 +53,7 @@ BOUND = {
     "s3clean": 600,
     "reconcile": 670,
     "status": 570,
+    "sync": 670,
 }
 #: commands that never open MySQL: pymysql (with cryptography, ~50 modules) stays out
 NO_MYSQL = {("watermark", "get"), ("watermark", "--help"), ("s3clean", "list")}
@@ -93,19 +96,22 @@ def stack(tmp_path_factory, mysql_db, mysql_url, pg_url, moto_endpoint):
         host=MYSQL_HOST, port=MYSQL_PORT, user="root", database=mysql_db, autocommit=True
     ) as conn:
         make_ties_table(conn, "imp_orders", rows)
+        make_ties_table(conn, "imp_quiet", [])  # nothing to sync, ever
         src = describe(conn, TableConfig.from_dict({"name": f"{mysql_db}.imp_orders"}))
     name = f"{mysql_db}.imp_orders"
+    entries = [
+        {"name": f"{mysql_db}.{t}", "start": day(3).strftime("%Y-%m-%d"), "lag": "0s"}
+        for t in ("imp_orders", "imp_quiet")
+    ]
     path = tmp_path_factory.mktemp("imports") / "tables.yaml"
-    path.write_text(
-        yaml.safe_dump(
-            {"tables": [{"name": name, "start": day(3).strftime("%Y-%m-%d"), "lag": "0s"}]}
+    path.write_text(yaml.safe_dump({"tables": entries}))
+    for entry in entries:
+        ensure_target(
+            WarehouseConnector(url=pg_url),
+            LoadTarget.from_table_config(
+                TableConfig.from_dict(entry), src.columns, src.primary_key
+            ),
         )
-    )
-    cfg = TableConfig.from_dict({"name": name, "start": day(3).strftime("%Y-%m-%d"), "lag": "0s"})
-    ensure_target(
-        WarehouseConnector(url=pg_url),
-        LoadTarget.from_table_config(cfg, src.columns, src.primary_key),
-    )
     store = WatermarkStore(s3_client, bucket, Layout(PREFIX))
 
     def change(rec):
@@ -131,11 +137,18 @@ def stack(tmp_path_factory, mysql_db, mysql_url, pg_url, moto_endpoint):
     for var in ("S3RS_SOURCE_TIMEZONE", "S3RS_SSH_HOST", "S3RS_LOG_FORMAT"):
         env.pop(var, None)
     assert MySQLConnector(url=mysql_url).parsed.database == mysql_db
-    return {"name": name, "env": env}
+    env["DAGSTER_HOME"] = str(tmp_path_factory.mktemp("dagster_home"))
+    return {"name": name, "quiet": f"{mysql_db}.imp_quiet", "env": env}
 
 
 def imported(stack: dict, *args: str) -> tuple[int, list[str]]:
     """(exit code, modules imported) of `s3rs args` in a new interpreter."""
+    code, modules, _ = probe(stack, *args)
+    return code, modules
+
+
+def probe(stack: dict, *args: str) -> tuple[int, list[str], str]:
+    """(exit code, modules imported, stdout) of `s3rs args` in a new interpreter."""
     p = subprocess.run(
         [sys.executable, "-c", _PROBE, *args],
         env=stack["env"],
@@ -145,7 +158,7 @@ def imported(stack: dict, *args: str) -> tuple[int, list[str]]:
     )
     line = [ln for ln in p.stderr.splitlines() if ln.startswith("IMPORTS ")][-1]
     code, modules = json.loads(line.removeprefix("IMPORTS "))
-    return code, modules
+    return code, modules, p.stdout
 
 
 COMMANDS = [
@@ -180,9 +193,27 @@ def test_a_command_that_runs_no_sync_imports_neither_dagster_nor_spark(stack, ar
 
 
 @pytest.mark.slow
+def test_an_unchanged_sync_imports_no_dagster(stack):
+    """`s3rs sync` plans from MySQL, the warehouse's ledger and S3 with the plain
+    connections; Dagster is imported (and its instance opened) only for a run. The first
+    sync of a table without rows closes its empty partitions, the second finds nothing:
+    neither runs, neither imports Dagster or Spark."""
+    for first in (True, False):
+        code, modules, out = probe(stack, "sync", "--no-progress", "-t", stack["quiet"])
+        assert code == 0, out
+        assert ("closed without a run" in out) is first, out
+        assert "nothing new below the safety bound" in out and "no run" in out, out
+        heavy = sorted({m.split(".")[0] for m in modules} & set(HEAVY))
+        assert not heavy, f"sync imported {heavy}"
+        assert len(modules) <= BOUND["sync"], f"sync: {len(modules)} modules"
+    assert not os.listdir(stack["env"]["DAGSTER_HOME"])  # the instance was never opened
+
+
+@pytest.mark.slow
 def test_sync_still_imports_dagster(stack):
-    """The probe itself sees a heavy import (so the test above can fail)."""
-    _, modules = imported(stack, "sync", "--help")
+    """The probe itself sees a heavy import (so the tests above can fail): `s3rs spark`
+    loads the Dagster resources."""
+    _, modules = imported(stack, "spark", "--help")
     assert "dagster" in modules
 
 

@@ -2,6 +2,10 @@
 load ledger, S3), then run only where there is work, through Dagster in this process (the
 runs show in the UI).
 
+Planning uses the plain connections (connections.py): Dagster is imported and its instance
+opened at a table's first run (`_Instance`), so an unchanged table costs no Dagster at all
+(issue 19, "small operations instant"; test_imports.py counts the modules).
+
 Exit codes (DESIGN.md): 0 every table's data moved and its checks passed; 1 a run or a check
 failed, or rows could not be moved (the finding is printed); 2 a table's configuration, or
 MySQL, S3 or the warehouse could not be used before anything ran — nothing of it changed.
@@ -11,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
@@ -18,7 +23,7 @@ from typing import Any
 
 import click
 
-from s3rs_assets import runner, work
+from s3rs_assets import work
 from s3rs_assets.cli.common import (
     _not_yet,
     _s3_checked,
@@ -29,19 +34,31 @@ from s3rs_assets.cli.common import (
     friendly_errors,
 )
 from s3rs_assets.config import TableConfig
-from s3rs_assets.env_resources import resources_from_env
+from s3rs_assets.connections import mysql_from_env, warehouse_from_env
 from s3rs_assets.errors import S3rsError
-from s3rs_assets.progress import (
-    SYNC_TAG,
-    SyncMonitor,
-    failure_reasons,
-    run_retries,
-    run_timings,
-)
 from s3rs_assets.watermark.edits import fmt as _fmt
 
 OK, FAILED, UNUSABLE = 0, 1, 2
 log = logging.getLogger("s3rs.cli")
+
+
+class _Instance:
+    """The Dagster instance, imported and opened by the first run that needs it (shared by
+    the tables' threads): planning needs none of it."""
+
+    def __init__(self, threads: bool) -> None:
+        self._threads = threads
+        self._inst: Any = None
+        self._lock = threading.Lock()
+
+    def get(self) -> Any:
+        with self._lock:
+            if self._inst is None:
+                from s3rs_assets import runner
+
+                inst = runner.instance()
+                self._inst = runner.for_threads(inst) if self._threads else inst
+            return self._inst
 
 
 @click.command()
@@ -93,11 +110,16 @@ def sync(
         raise click.UsageError("--limit applies to the backup stage, not --redshift-only")
     tables = _tables(names, all_)
     stages = ("backup",) if backup_only else ("load",) if redshift_only else ("backup", "load")
-    inst = runner.instance()
+    from s3rs_assets import runner  # imports no Dagster: that waits for a run
+
+    runner.check_home()
     # an unreachable S3 is one error (exit 2) before any table
-    s3 = _s3_checked(resources_from_env(resolved=True, names=("s3",))["s3"])
+    s3 = _s3_checked()
     side_by_side = parallel > 1 and len(tables) > 1
     tty = (sys.stderr.isatty() if progress is None else progress) and not side_by_side
+    inst = _Instance(threads=side_by_side)
+    if side_by_side:
+        inst.get()  # a dagster.yaml that cannot run threads is refused before any table
 
     def one(table: TableConfig) -> int:
         try:
@@ -107,7 +129,6 @@ def sync(
             return FAILED
 
     if side_by_side:
-        runner.for_threads(inst)
         with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="s3rs-sync") as pool:
             results = list(pool.map(one, tables))
     else:
@@ -121,14 +142,9 @@ def sync(
 def _prepare(table: TableConfig, stages: tuple[str, ...], store: Any, s3: Any) -> Any:
     """work.prepare with a MySQL connection of this table's own (closed afterwards): the
     ledger's answer, the probes, the closing of empty stretches and the plans."""
-    names = [n for n, stage in (("mysql", "backup"), ("warehouse", "load")) if stage in stages]
-    res = resources_from_env(resolved=True, names=names)
-    mysql, warehouse = res.get("mysql"), res.get("warehouse")
-    try:
-        return work.prepare(table, mysql, warehouse, s3, store, stages)
-    finally:
-        if mysql is not None:
-            mysql.teardown_after_execution(None)
+    mysql = mysql_from_env() if "backup" in stages else None
+    warehouse = warehouse_from_env() if "load" in stages else None
+    return work.prepare(table, mysql, warehouse, s3, store, stages)
 
 
 def _nothing_new(table: TableConfig, prepared: Any, stages: tuple[str, ...]) -> str:
@@ -150,17 +166,46 @@ def _sync_table(
     stages: tuple[str, ...],
     limit: int | None,
     *,
-    inst: Any,
+    inst: _Instance,
     s3: Any,
     tty: bool,
-) -> bool:
-    """Plan and run one table's sync; its exit code (OK, FAILED, UNUSABLE), the reason
+) -> int:
+    """Plan and run one table's sync, in at most two rounds (plan, runs; plan again once
+    when the bound was held back); its exit code (OK, FAILED, UNUSABLE), the reason
     printed. Safe to run for several tables at once: it builds its own watermark store and
     MySQL connection, and prints only lines starting with the table's name."""
     store = _store(s3)
-    code, prepared = _prepared(table, stages, store, s3)
-    if prepared is None:
-        return code
+    budget, checks_failed = limit, False
+    for again in (False, True):
+        code, prepared = _prepared(table, stages, store, s3)
+        if prepared is None:
+            return code
+        if not again and _report_prepared(table, prepared, stages) != OK:
+            return FAILED
+        if not prepared.plans:
+            if not again:
+                echo(_nothing_new(table, prepared, stages))
+            if "backup" in stages and (prepared.held or not again):
+                _report_waiting(ctx, table, prepared.bound)
+            break
+        code, budget, failed = _run_plans(
+            ctx, table, prepared, budget, limit, inst=inst, s3=s3, tty=tty, store=store
+        )
+        checks_failed = checks_failed or failed
+        if code != OK:
+            return code
+        if not prepared.held or budget == 0:
+            break
+        # The plan's bound was held back by another thread's transaction: partitions whose
+        # rows all lay above it got no run, while the runs themselves read to a later bound.
+        # Plan once more (a failed check, a finding about rows already moved, does not stop
+        # it), so rows committed before this sync are read now, or said to wait.
+    return FAILED if checks_failed else OK
+
+
+def _report_prepared(table: TableConfig, prepared: Any, stages: tuple[str, ...]) -> int:
+    """Print what planning found and did before any run (lost files, empty partitions
+    closed); FAILED when lost files leave a --redshift-only sync nothing it may load."""
     for partition, keys in prepared.lost.items():
         echo(
             f"{table.name}: {len(keys)} unloaded file(s) of partition {partition} are no "
@@ -182,35 +227,10 @@ def _sync_table(
             fg="red",
         )
         return FAILED
-    if not prepared.plans:
-        echo(_nothing_new(table, prepared, stages))
-        if "backup" in stages:
-            _report_waiting(ctx, table, prepared.bound)
-        return OK
-    code, budget, checks_failed = _run_plans(ctx, table, prepared, limit, inst=inst, s3=s3,
-                                             tty=tty, store=store)
-    done = FAILED if checks_failed else OK
-    if code != OK or not prepared.held or budget == 0:
-        return code if code != OK else done
-    # The plan's bound was held back by another thread's transaction: partitions whose rows
-    # all lay above it got no run, while the runs themselves read to a later bound. Plan
-    # once more (a failed check, a finding about rows already moved, does not stop it), so
-    # rows committed before this sync are read now, or said to wait.
-    again, prepared = _prepared(table, stages, store, s3)
-    if prepared is None:
-        return again
-    if not prepared.plans:
-        if "backup" in stages and prepared.held:
-            _report_waiting(ctx, table, prepared.bound)
-        return done
-    code, _, failed_again = _run_plans(ctx, table, prepared, budget, inst=inst, s3=s3,
-                                       tty=tty, store=store)
-    return code if code != OK else FAILED if checks_failed or failed_again else OK
+    return OK
 
 
-def _prepared(
-    table: TableConfig, stages: tuple[str, ...], store: Any, s3: Any
-) -> tuple[int, Any]:
+def _prepared(table: TableConfig, stages: tuple[str, ...], store: Any, s3: Any) -> tuple[int, Any]:
     """`_prepare`, its failures printed: (OK, prepared) or (exit code, None)."""
     try:
         return OK, _prepare(table, stages, store, s3)
@@ -226,25 +246,39 @@ def _run_plans(
     ctx: click.Context,
     table: TableConfig,
     prepared: Any,
+    budget: int | None,
     limit: int | None,
     *,
-    inst: Any,
+    inst: _Instance,
     s3: Any,
     tty: bool,
     store: Any,
 ) -> tuple[int, int | None, bool]:
-    """Launch `prepared`'s runs in order: (OK or the exit code of a run that failed, rows left
-    of --limit (0 when used up), whether a check failed)."""
-    budget = limit
+    """Launch `prepared`'s runs in order, reading at most `budget` rows (what is left of
+    --limit `limit`): (OK or the exit code of a run that failed, rows left of --limit (0
+    when used up), whether a check failed)."""
+    from s3rs_assets import runner
+    from s3rs_assets.progress import (
+        SYNC_TAG,
+        SyncMonitor,
+        failure_reasons,
+        run_retries,
+    )
+
     checks_failed = False
+    try:
+        dagster = inst.get()
+    except S3rsError as e:  # its configuration: nothing ran
+        echo(f"{table.name}: error before any run: {e}", err=True, fg="red")
+        return UNUSABLE, budget, checks_failed
     for plan in prepared.plans:
         echo(f"{table.name}: {' + '.join(plan.stages)}, partitions {plan.start} .. {plan.end}")
-        before = _rows_extracted(store, table)
+        before = _rows_extracted(store, table) if budget is not None else 0  # --limit only
         token = uuid.uuid4().hex
-        monitor = SyncMonitor(table, plan.stages, inst, s3, token, tty=tty)
+        monitor = SyncMonitor(table, plan.stages, dagster, s3, token, tty=tty)
         monitor.start()
         try:
-            result = _execute(runner, plan, inst, budget, {SYNC_TAG: token}, quiet=True)
+            result = _execute(runner, plan, dagster, budget, {SYNC_TAG: token}, quiet=True)
         except Exception as e:  # noqa: BLE001 - one table's failure must not stop others
             monitor.stop()
             echo(f"{table.name}: FAILED before the run started: {e}", err=True, fg="red")
@@ -274,11 +308,19 @@ def _run_plans(
 
 
 def _report_timings(ctx: click.Context, table: TableConfig, result: Any, monitor: Any) -> None:
+    from s3rs_assets.progress import run_timings
+
     timings = run_timings(result, monitor)
     if ctx.obj and ctx.obj.get("log_format") == "json":
-        log.info(timings.line(table.name),
-                 extra={"event": "run_timings", "table": table.name,
-                        "run_id": result.run_id, **timings.fields()})
+        log.info(
+            timings.line(table.name),
+            extra={
+                "event": "run_timings",
+                "table": table.name,
+                "run_id": result.run_id,
+                **timings.fields(),
+            },
+        )
     else:
         echo(timings.line(table.name))
 
@@ -320,9 +362,7 @@ def _failed_checks(ctx: click.Context, table: TableConfig, result: Any) -> bool:
     return bool(bad)
 
 
-def _report_unread_rows(
-    ctx: click.Context, table: TableConfig, store: Any, backup: bool
-) -> None:
+def _report_unread_rows(ctx: click.Context, table: TableConfig, store: Any, backup: bool) -> None:
     """Warn about rows no run has copied (future-dated, NULL or zero cursors, before start),
     then say which rows wait above the run's safety bound and from when they are read."""
     rec = store.read(table.name, fresh=True)  # after the run: not the plan's copy
@@ -334,7 +374,7 @@ def _report_unread_rows(
 
 
 def _report_waiting(ctx: click.Context, table: TableConfig, upper: datetime | None) -> None:
-    """"Not yet": the rows at or above `upper` (the bound the plan or the run read below),
+    """ "Not yet": the rows at or above `upper` (the bound the plan or the run read below),
     when they become readable and what holds the bound back."""
     found = _not_yet(table, upper)
     for line in found.lines() if found else []:

@@ -1,0 +1,247 @@
+"""Suite "small" (issue 19, "small operations instant"): whole commands in fresh processes.
+
+On a small settlement table (`dec_<n>`, n = min(--rows, --small-rows), every row dated
+yesterday) with a Spark Connect server (`--small-master`, default local[2]) that the runs
+attach to, each timed from outside as a user runs it, --small-repeat times:
+
+1. start-up of the commands that run no sync: `--help`, `watermark get/list`, `status`,
+   `verify --help`, `reconcile --help`, `s3clean list` (targets: instant);
+2. `s3rs sync -t T` of the unchanged table (target <= 1 s);
+3. a --increment-row increment stamped 30 minutes ago, then `s3rs sync -t T` (target
+   <= 1.5 s with the running server); the increment rows are deleted at the end.
+
+`--small-code DIR[,DIR...]` runs the commands of each code tree (its `s3rs_assets` first
+on PYTHONPATH) in turns, one repeat of each tree after the other: before/after figures at
+the same load. Figures are the minimum and median of the repeats, with the load average.
+`--small-profile DIR` then profiles one more increment and unchanged sync of the last tree
+(cProfile files and `-X importtime` logs in DIR): where the time goes.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from benchmarks.context import Ctx
+from benchmarks.harness import Report, say, uptime
+from benchmarks.seeds import add_decimal_rows, decimal_table
+from benchmarks.services import SCHEMA, ensure_pg, mysql_exec
+from benchmarks.sync_cli import SyncEnv
+
+#: the targets of issue 19, seconds per whole command
+TARGETS = {"sync_unchanged": 1.0, "sync_increment": 1.5}
+
+
+def commands(name: str) -> dict[str, tuple[str, ...]]:
+    """The commands timed for start-up, by key."""
+    return {
+        "help": ("--help",),
+        "watermark_get": ("watermark", "get", "-t", name),
+        "watermark_list": ("watermark", "list"),
+        "status": ("status",),
+        "verify_help": ("verify", "--help"),
+        "reconcile_help": ("reconcile", "--help"),
+        "s3clean_list": ("s3clean", "list", "-t", name),
+        "sync_unchanged": ("sync", "--no-progress", "-t", name),
+    }
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def spark_connect(master: str) -> Iterator[str]:
+    """A Spark Connect server of this suite's own (a free port, a temporary state
+    directory), stopped at the end; yields the URL runs attach with."""
+    from s3rs_assets import spark_server
+
+    state = Path(tempfile.mkdtemp(prefix="s3rs-bench-connect-"))
+    settings = spark_server.ServerSettings(port=free_port(), master=master, state_dir=state)
+    t0 = time.perf_counter()
+    client = None
+    try:
+        proc = spark_server.launch(settings)
+        spark_server.wait_ready(settings, proc)
+        say(f"    Spark Connect server {settings.url} ready in {time.perf_counter() - t0:.1f} s")
+        from pyspark.sql import SparkSession
+
+        client = SparkSession.builder.remote(settings.url).getOrCreate()  # wait_ready's
+        yield settings.url
+    finally:
+        if client is not None:
+            # released while the server still answers: left open, its release at exit
+            # retries against a stopped server for minutes
+            with suppress(Exception):
+                client.stop()
+        spark_server.stop(state)
+
+
+@contextmanager
+def environ(**values: str) -> Iterator[None]:
+    """os.environ with `values` set (the CLI processes inherit them), restored after."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def code_trees(ctx: Ctx) -> list[str]:
+    """The code trees to compare (default: this one)."""
+    given = [p.strip() for p in (ctx.args.small_code or "").split(",") if p.strip()]
+    trees = [str(Path(p).resolve()) for p in given] or [str(Path(__file__).resolve().parents[1])]
+    for tree in trees:
+        if not (Path(tree) / "s3rs_assets" / "__init__.py").exists():
+            raise SystemExit(f"bench: --small-code {tree} holds no s3rs_assets package")
+    return trees
+
+
+def timed_cli(sync: SyncEnv, args: tuple[str, ...], timeout: float) -> tuple[float, int | None]:
+    t0 = time.perf_counter()
+    out = sync.cli(*args, check=False, timeout=timeout)
+    seconds = time.perf_counter() - t0
+    if out.returncode not in (0, 1):
+        raise SystemExit(
+            f"bench: `s3rs {' '.join(args)}` exited {out.returncode}:\n{out.output[-3000:]}"
+        )
+    return seconds, out.returncode
+
+
+def run(ctx: Ctx) -> Report:
+    rep = Report("small")
+    rows = min(ctx.args.rows, ctx.args.small_rows)
+    n = ctx.args.increment
+    day = (datetime.now(UTC) - timedelta(days=1)).date()
+    seeded = decimal_table(ctx.mysql, rows, day)
+    table = seeded["table"]
+    name = f"{SCHEMA}.{table}"
+    rep.details["seed"] = seeded
+    ensure_pg(ctx.pg)
+    entry = {
+        "name": name,
+        "start": day.isoformat(),
+        "primary_key": ["id"],
+        "chunk_rows": ctx.args.chunk_rows,
+        "parallelism": ctx.args.parallelism,
+        "reader": ctx.args.reader,
+    }
+    sync = SyncEnv(ctx.mysql, ctx.pg, ctx.bucket, "small", [entry])
+    trees = code_trees(ctx)
+    say(f"==> small: {name} ({rows:,} rows on {day}), code {', '.join(trees)}")
+    times: dict[str, dict[str, list[float]]] = {t: {} for t in trees}
+    loads: list[str] = []
+    timeout = ctx.args.sync_timeout
+    next_id = rows + 1
+    try:
+        with spark_connect(ctx.args.small_master) as url, environ(S3RS_SPARK_MASTER=url):
+            first = sync.sync([name], timeout=timeout)
+            rep.details["first_sync_seconds"] = first.seconds
+            loads.append(uptime())
+            for turn in range(ctx.args.small_repeat):
+                for tree in trees:
+                    with environ(PYTHONPATH=tree):
+                        for key, args in commands(name).items():
+                            secs, _ = timed_cli(sync, args, timeout)
+                            times[tree].setdefault(key, []).append(secs)
+                        at = (datetime.now(UTC) - timedelta(minutes=30)).replace(tzinfo=None)
+                        add_decimal_rows(ctx.mysql, table, next_id, n, at)
+                        next_id += n
+                        res = sync.sync([name], timeout=timeout)
+                        times[tree].setdefault("sync_increment", []).append(res.seconds)
+                        times[tree].setdefault("increment_runs", []).append(res.runs_seconds)
+                        if not res.runs.get(name):
+                            raise SystemExit(f"bench: the increment made no run:\n{res.output}")
+                loads.append(uptime())
+                say(f"    turn {turn + 1}: {loads[-1]}")
+            if ctx.args.small_profile:
+                with environ(PYTHONPATH=trees[-1]):
+                    for what in ("increment", "unchanged"):
+                        if what == "increment":
+                            at = (datetime.now(UTC) - timedelta(minutes=30)).replace(tzinfo=None)
+                            add_decimal_rows(ctx.mysql, table, next_id, n, at)
+                            next_id += n
+                        profile(sync, Path(ctx.args.small_profile), what, name)
+    finally:
+        mysql_exec(ctx.mysql, f"DELETE FROM `{table}` WHERE id > {rows}")
+    report(rep, trees, times, loads, n)
+    return rep
+
+
+def profile(sync: SyncEnv, out: Path, what: str, name: str) -> None:
+    """`s3rs sync -t name` under cProfile (`out/<what>.prof`); for the unchanged sync also
+    its imports alone (`out/unchanged.importtime`, a second unchanged sync)."""
+    out.mkdir(parents=True, exist_ok=True)
+    cli = ["-m", "s3rs_assets.cli", "sync", "--no-progress", "-t", name]
+    prof = subprocess.run(
+        [sys.executable, "-m", "cProfile", "-o", str(out / f"{what}.prof"), *cli],
+        env=sync.environ(),
+        cwd=sync.workdir,
+        capture_output=True,
+        text=True,
+    )
+    if prof.returncode != 0:
+        raise SystemExit(f"bench: profiled sync exited {prof.returncode}:\n{prof.stderr[-3000:]}")
+    say(f"    profiled the {what} sync: {out / what}.prof")
+    if what != "unchanged":
+        return
+    imports = subprocess.run(
+        [sys.executable, "-X", "importtime", *cli],
+        env=sync.environ(),
+        cwd=sync.workdir,
+        capture_output=True,
+        text=True,
+    )
+    (out / f"{what}.importtime").write_text(imports.stderr)
+
+
+def report(
+    rep: Report,
+    trees: list[str],
+    times: dict[str, dict[str, list[float]]],
+    loads: list[str],
+    n: int,
+) -> None:
+    figures: dict[str, Any] = {}
+    for i, tree in enumerate(trees):
+        label = f"[{i}] " if len(trees) > 1 else ""
+        figures[tree] = {}
+        for key, values in times[tree].items():
+            low, mid = min(values), statistics.median(values)
+            figures[tree][key] = {"min": low, "median": mid, "all": values}
+            rows = n if key in ("sync_increment", "increment_runs") else None
+            rep.add(
+                "small",
+                f"{label}{key} (min of {len(values)}; median {mid:.2f} s)",
+                rows,
+                low,
+                key=f"{key}{'_' + str(i) if i else ''}",
+            )
+        for key, goal in TARGETS.items():
+            mid = figures[tree][key]["median"]
+            rep.summary.append(
+                f"{label}{key}: median {mid:.2f} s (target <= {goal} s: "
+                f"{'met' if mid <= goal else 'NOT met'})"
+            )
+    if len(trees) > 1:
+        rep.summary.extend(f"[{i}] {tree}" for i, tree in enumerate(trees))
+    rep.summary.extend(f"load: {line}" for line in loads[:1] + loads[-1:])
+    rep.details["figures"] = figures
+    rep.details["uptime"] = loads
