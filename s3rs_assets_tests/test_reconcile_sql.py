@@ -117,6 +117,21 @@ def test_mysql_checksum_uses_div_and_the_same_canonical_text():
     assert "`_s3rs_deleted_at`" not in sql and params == [1, 1, 25, 3, "B"]
 
 
+def test_postgres_numbers_children_of_an_integer_key_in_bigint():
+    """BIGINT `/` truncates like DIV (the clamp makes any negative 0), without NUMERIC
+    per row; BIGINT UNSIGNED (NUMERIC in the warehouse) keeps DIV."""
+    w = TableSQL("postgres", "dw", "orders", T, "all")
+    sp = split(Segment(lo=0, hi=100), 4)
+    assert w.child_index(sp) == (
+        'LEAST(GREATEST((CAST("id" AS BIGINT) - %s) / %s, 0), %s)', [1, 25, 3]
+    )
+    ucol = SourceColumn("id", "bigint", "bigint(20) unsigned", nullable=False)
+    u = LoadTarget("dw", "orders", [ucol, COLS[2]], ("id",), "update_at", "shop.orders")
+    assert TableSQL("postgres", "dw", "orders", u, "all").child_index(sp)[0] == (
+        'LEAST(GREATEST(DIV("id" - %s, %s), 0), %s)'
+    )
+
+
 def test_splitting_the_key_space():
     r = root(True, (1, 1000))
     assert (r.lo, r.hi, r.open_lo, r.open_hi) == (0, 1000, True, True)
