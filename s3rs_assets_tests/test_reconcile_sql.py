@@ -123,7 +123,8 @@ def test_postgres_numbers_children_of_an_integer_key_in_bigint():
     w = TableSQL("postgres", "dw", "orders", T, "all")
     sp = split(Segment(lo=0, hi=100), 4)
     assert w.child_index(sp) == (
-        'LEAST(GREATEST((CAST("id" AS BIGINT) - %s) / %s, 0), %s)', [1, 25, 3]
+        'LEAST(GREATEST((CAST("id" AS BIGINT) - %s) / %s, 0), %s)',
+        [1, 25, 3],
     )
     ucol = SourceColumn("id", "bigint", "bigint(20) unsigned", nullable=False)
     u = LoadTarget("dw", "orders", [ucol, COLS[2]], ("id",), "update_at", "shop.orders")
