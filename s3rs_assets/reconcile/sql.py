@@ -103,7 +103,7 @@ class TableSQL:
         fields = [self.field(c) for c in self.hashed_columns()]
         if self.mysql:
             return mysql_row_hash(fields)
-        return warehouse_row_hash(fields, self.side)  # type: ignore[arg-type]
+        return warehouse_row_hash(fields, self.side, non_null=True)  # type: ignore[arg-type]
 
     @property
     def arithmetic(self) -> bool:
