@@ -320,4 +320,3 @@ def unpartitioned_rows(
         )
         row = cur.fetchone()
     return Unpartitioned(*(int(v or 0) for v in row))
-
