@@ -15,6 +15,7 @@ from s3rs_assets.reconcile.sql import (
     soft_delete_sql,
 )
 from s3rs_assets.types import SourceColumn
+from s3rs_assets.verify import warehouse_hash_expr
 
 COLS = [
     SourceColumn("id", "bigint", "bigint", nullable=False),
@@ -131,6 +132,15 @@ def test_postgres_numbers_children_of_an_integer_key_in_bigint():
     assert TableSQL("postgres", "dw", "orders", u, "all").child_index(sp)[0] == (
         'LEAST(GREATEST(DIV("id" - %s, %s), 0), %s)'
     )
+
+
+def test_postgres_joins_the_all_columns_text_with_concat_ws():
+    """Every field is COALESCEd, so CONCAT_WS prints what `||` would; Redshift and verify's
+    key hash (fields that may be NULL) keep `||`."""
+    pg = TableSQL("postgres", "dw", "orders", T, "all").row_hash()
+    assert pg.startswith("('x' || SUBSTR(MD5(CONCAT_WS('|', COALESCE(")
+    assert "CONCAT_WS" not in TableSQL("redshift", "dw", "orders", T, "all").row_hash()
+    assert "CONCAT_WS" not in warehouse_hash_expr(T, "postgres")
 
 
 def test_splitting_the_key_space():
