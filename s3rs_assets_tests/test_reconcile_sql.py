@@ -15,6 +15,7 @@ from s3rs_assets.reconcile.sql import (
     soft_delete_sql,
 )
 from s3rs_assets.types import SourceColumn
+from s3rs_assets.verify import warehouse_hash_expr
 
 COLS = [
     SourceColumn("id", "bigint", "bigint", nullable=False),
@@ -115,6 +116,31 @@ def test_mysql_checksum_uses_div_and_the_same_canonical_text():
     code = "CONVERT(`code` USING utf8mb4)"
     assert f"CONCAT(LENGTH({code}), ':', {code})" in sql
     assert "`_s3rs_deleted_at`" not in sql and params == [1, 1, 25, 3, "B"]
+
+
+def test_postgres_numbers_children_of_an_integer_key_in_bigint():
+    """BIGINT `/` truncates like DIV (the clamp makes any negative 0), without NUMERIC
+    per row; BIGINT UNSIGNED (NUMERIC in the warehouse) keeps DIV."""
+    w = TableSQL("postgres", "dw", "orders", T, "all")
+    sp = split(Segment(lo=0, hi=100), 4)
+    assert w.child_index(sp) == (
+        'LEAST(GREATEST((CAST("id" AS BIGINT) - %s) / %s, 0), %s)',
+        [1, 25, 3],
+    )
+    ucol = SourceColumn("id", "bigint", "bigint(20) unsigned", nullable=False)
+    u = LoadTarget("dw", "orders", [ucol, COLS[2]], ("id",), "update_at", "shop.orders")
+    assert TableSQL("postgres", "dw", "orders", u, "all").child_index(sp)[0] == (
+        'LEAST(GREATEST(DIV("id" - %s, %s), 0), %s)'
+    )
+
+
+def test_postgres_joins_the_all_columns_text_with_concat_ws():
+    """Every field is COALESCEd, so CONCAT_WS prints what `||` would; Redshift and verify's
+    key hash (fields that may be NULL) keep `||`."""
+    pg = TableSQL("postgres", "dw", "orders", T, "all").row_hash()
+    assert pg.startswith("('x' || SUBSTR(MD5(CONCAT_WS('|', COALESCE(")
+    assert "CONCAT_WS" not in TableSQL("redshift", "dw", "orders", T, "all").row_hash()
+    assert "CONCAT_WS" not in warehouse_hash_expr(T, "postgres")
 
 
 def test_splitting_the_key_space():
