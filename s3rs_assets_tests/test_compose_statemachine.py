@@ -30,6 +30,7 @@ run; each example prints its seconds and steps when `S3RS_STATEMACHINE_TIMES` is
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import time
@@ -593,20 +594,13 @@ def test_example_backup_only_after_s3clean_force_reads_the_lost_files_again(worl
     ])
 
 
-def test_example_a_plan_held_back_by_another_transaction_is_made_again(world, monkeypatch):
-    """Found by the state machine (example 67 of a run on main, with a benchmark writing to
-    the same server): another thread's open transaction held the sync's plan back, so
-    today's partition, whose new rows all lay above that bound, got no run; the transaction
-    ended before the run for the older partitions started, which read to a later bound and
-    printed none. The sync exited 0 with rows committed before it started neither copied
-    nor said to wait. A plan made under a held-back bound is now made once more after its
-    runs."""
+@contextlib.contextmanager
+def held_until_planned(world, monkeypatch, wait: float):
+    """Another connection's open write transaction holds the safety bound back; it commits
+    between the sync's first plan and its runs (through a wrapper of the real `_prepare`).
+    Yields the list of each plan's `held`."""
     import s3rs_assets.cli.sync as cli_sync
 
-    Composition.world = world
-    Composition.monkeypatch = monkeypatch
-    m = Composition()
-    m.start(n=9, stamps=4)
     writer = world.mysql()  # autocommit, but BEGIN opens a transaction until COMMIT
     try:
         with writer.cursor() as cur:
@@ -615,8 +609,7 @@ def test_example_a_plan_held_back_by_another_transaction_is_made_again(world, mo
                 f"INSERT INTO `{world.table}` (id, update_at, amount, note) "
                 "VALUES (5000, NOW(6), 1, 'held')"
             )
-        time.sleep(0.2)
-        m.insert(k=3, data=Draw([1001, 1002, 1003]))
+        time.sleep(wait)
         real, held = cli_sync._prepare, []
 
         def prepare_then_commit(*args, **kwargs):
@@ -627,11 +620,30 @@ def test_example_a_plan_held_back_by_another_transaction_is_made_again(world, mo
             return prepared
 
         monkeypatch.setattr(cli_sync, "_prepare", prepare_then_commit)
-        m.sync_both()
+        yield held
+    finally:
+        writer.close()
+
+
+def test_example_a_plan_held_back_by_another_transaction_is_made_again(world, monkeypatch):
+    """Found by the state machine (example 67 of a run on main, with a benchmark writing to
+    the same server): another thread's open transaction held the sync's plan back, so
+    today's partition, whose new rows all lay above that bound, got no run; the transaction
+    ended before the run for the older partitions started, which read to a later bound and
+    printed none. The sync exited 0 with rows committed before it started neither copied
+    nor said to wait. A plan made under a held-back bound is now made once more after its
+    runs."""
+    Composition.world = world
+    Composition.monkeypatch = monkeypatch
+    m = Composition()
+    m.start(n=9, stamps=4)
+    try:
+        with held_until_planned(world, monkeypatch, wait=0.2) as held:
+            m.insert(k=3, data=Draw([1001, 1002, 1003]))
+            m.sync_both()
         assert held == [True, False], held
         assert {1001, 1002, 1003, 5000} <= set(world.warehouse_rows())
     finally:
-        writer.close()
         m.teardown()
 
 
@@ -642,8 +654,6 @@ def test_example_a_held_plan_whose_run_fails_its_check_is_made_again(world, monk
     reconcile's), and the sync skipped the second plan, so rows committed before it started
     were neither read nor said to wait. The second plan runs whenever the runs themselves
     ran; the exit stays 1 for the failed check."""
-    import s3rs_assets.cli.sync as cli_sync
-
     Composition.world = world
     Composition.monkeypatch = monkeypatch
     m = Composition()
@@ -651,32 +661,15 @@ def test_example_a_held_plan_whose_run_fails_its_check_is_made_again(world, monk
     m.insert(k=2, data=Draw([1001, 1002]))
     m.sync_crashes(crash="load_direct_before_commit")
     m.insert_late(offset=3600 * 20)  # a row below an extracted partition's cursor
-    writer = world.mysql()
     try:
-        with writer.cursor() as cur:
-            cur.execute("BEGIN")
-            cur.execute(
-                f"INSERT INTO `{world.table}` (id, update_at, amount, note) "
-                "VALUES (5000, NOW(6), 1, 'held')"
-            )
-        time.sleep(1.1)  # the held bound falls before the new rows
-        m.insert(k=3, data=Draw([2001, 2002, 2003]))
-        real, held = cli_sync._prepare, []
-
-        def prepare_then_commit(*args, **kwargs):
-            prepared = real(*args, **kwargs)
-            held.append(prepared.held)
-            if len(held) == 1:
-                writer.commit()
-            return prepared
-
-        monkeypatch.setattr(cli_sync, "_prepare", prepare_then_commit)
-        r, bound = m.sync()
+        # the held bound falls before the new rows
+        with held_until_planned(world, monkeypatch, wait=1.1) as held:
+            m.insert(k=3, data=Draw([2001, 2002, 2003]))
+            r, _ = m.sync()
         assert held == [True, False], (held, r.output)
         assert r.exit_code == 1 and "FAILED its check matches_mysql" in r.output, r.output
         assert "check reconciled" not in r.output, r.output  # a load-only run: its check only
         assert {1001, 1002, 2001, 2002, 2003, 5000} <= set(world.warehouse_rows()), r.output
         m.assert_nothing_unloaded()
     finally:
-        writer.close()
         m.teardown()
