@@ -116,7 +116,7 @@ class WatermarkStore(Recovery):
                 if report.recovered:
                     recovery = report
             record = (
-                WatermarkRecord.from_json(known.body, table_name=table)
+                self._whole(table, known.body)
                 if known.body is not None
                 else WatermarkRecord.new(table)
             )
