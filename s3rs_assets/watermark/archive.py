@@ -48,7 +48,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from s3rs_assets.errors import ConfigError, WatermarkError
 from s3rs_assets.layout import Layout
@@ -64,8 +64,8 @@ MAX_BYTES_ENV = "S3RS_RECORD_MAX_BYTES"
 DEFAULT_MAX_BYTES = 16384
 #: once folding is needed, fold until the record is this share of the limit
 FOLD_TO = 0.75
-#: archives kept in memory (by digest) per process
-CACHE_SIZE = 256
+#: bytes of archives kept in memory (by digest) per process, least recently used dropped
+CACHE_BYTES = 64 * 1024 * 1024
 
 
 class ArchiveUnreadable(WatermarkError):
@@ -113,8 +113,9 @@ def remember(sha256: str, body: bytes) -> None:
     with _cache_lock:
         _cache[sha256] = body
         _cache.move_to_end(sha256)
-        while len(_cache) > CACHE_SIZE:
-            _cache.popitem(last=False)
+        total = sum(len(b) for b in _cache.values())
+        while total > CACHE_BYTES and len(_cache) > 1:
+            total -= len(_cache.popitem(last=False)[1])
 
 
 def forget_cache() -> None:
@@ -219,6 +220,14 @@ def stored_form(
 # ---------------------------------------------------------------------- expand
 
 
+class _Content(BaseModel):
+    """An archive object's content (parsed by pydantic's JSON parser: one pass)."""
+
+    table_name: str
+    partitions: dict[str, PartitionState]
+    loaded_partitions: dict[str, LoadState]
+
+
 def expand(record: WatermarkRecord, load: Callable[[str], bytes | None]) -> WatermarkRecord:
     """Merge a folded record's archived partitions back (in place; returns it).
 
@@ -244,12 +253,10 @@ def expand(record: WatermarkRecord, load: Callable[[str], bytes | None]) -> Wate
         if digest != ref.sha256:
             raise WatermarkError(f"{who} is damaged: sha256 {digest}, expected {ref.sha256}")
     try:
-        content = json.loads(body)
-        parts = {k: PartitionState.model_validate(v) for k, v in content["partitions"].items()}
-        loads = {k: LoadState.model_validate(v) for k, v in content["loaded_partitions"].items()}
-        table = content["table_name"]
-    except (ValueError, KeyError, TypeError, AttributeError, ValidationError) as e:
-        raise WatermarkError(f"{who} is damaged: {e}") from None
+        content = _Content.model_validate_json(body)
+    except ValidationError as e:
+        raise WatermarkError(f"{who} is damaged: {e.errors()[0]['msg']}") from None
+    parts, loads, table = content.partitions, content.loaded_partitions, content.table_name
     files = [f for p in parts.values() for f in p.files]
     found = (
         table,
