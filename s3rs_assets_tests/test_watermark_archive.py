@@ -303,3 +303,34 @@ def test_the_limit_setting_is_checked(monkeypatch):
         archive.max_bytes()
     with pytest.raises(ConfigError):
         LAYOUT.watermark_archive(T, "../x")
+
+
+def test_status_keeps_archives_on_disk_by_their_digest(store, s3_resource, tmp_path, monkeypatch):
+    """`s3rs status`'s body cache: a second process GETs no archive; a damaged kept body
+    is not used."""
+    from s3rs_assets.body_cache import BodyCache, save_archives, warm_archives
+
+    monkeypatch.setenv(archive.MAX_BYTES_ENV, "8192")
+    store.update(T, add_days(0, 40))
+    cache = BodyCache(tmp_path)
+    prefix = LAYOUT.watermarks()
+
+    def look(name: str) -> int:
+        """What one status process does; returns the archive GETs it sent."""
+        archive.forget_cache()
+        reader = store_for(s3_resource, name)
+        gets = Count(reader.client, "GetObject", "/watermarks/archives/")
+        pack = cache.archives(reader.bucket, prefix)
+        warm_archives(pack)
+        rec = reader.read(T, fresh=True)
+        assert len(rec.partitions) == 40
+        save_archives(pack, [rec])
+        return gets.n
+
+    assert look("s1") == 1
+    assert look("s2") == 0
+    (path,) = (tmp_path / "watermarks").glob("*.pack")
+    data = path.read_bytes()
+    path.write_bytes(data[:-3] + b"xyz")  # a damaged body: its digest is not its key's
+    assert look("s3") == 1
+    assert look("s4") == 0
