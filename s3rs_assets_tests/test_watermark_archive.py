@@ -334,3 +334,23 @@ def test_status_keeps_archives_on_disk_by_their_digest(store, s3_resource, tmp_p
     path.write_bytes(data[:-3] + b"xyz")  # a damaged body: its digest is not its key's
     assert look("s3") == 1
     assert look("s4") == 0
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "error"),
+    [
+        ("key", "s3rs/data/bench/hist/2006-01-01/part-x.parquet", "its archive key"),
+        ("sha256", "not-a-digest", "archive.sha256|field 'sha256'"),
+        ("files", 1, "does not hold what the record says"),
+    ],
+)
+def test_a_tampered_archive_reference_is_refused(
+    store, s3_resource, s3_client, bucket, monkeypatch, field, value, error
+):
+    monkeypatch.setenv(archive.MAX_BYTES_ENV, "8192")
+    store.update(T, add_days(0, 40))
+    raw = stored(s3_client, bucket)
+    raw["archive"][field] = value
+    body = json.dumps(raw).encode()
+    with pytest.raises(WatermarkError, match=error):
+        store._parse(T, body, None)

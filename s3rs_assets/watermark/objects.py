@@ -197,6 +197,12 @@ class StoreBase:
         """Parse a stored body and merge its archived partitions back (archive.py); not
         checked. The archive is read once per process (it is immutable)."""
         rec = WatermarkRecord.from_json(body, table_name=table)
+        ref = rec._archive
+        if ref is not None and ref.key != self.layout.watermark_archive(table, ref.sha256[:32]):
+            raise WatermarkError(
+                f"watermark of {table}: its archive key {ref.key!r} is not "
+                f"{self.layout.watermark_archive(table, ref.sha256[:32])!r}"
+            )
         return archive.expand(rec, self._load_archive)
 
     def _load_archive(self, key: str) -> bytes | None:

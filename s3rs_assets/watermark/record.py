@@ -213,7 +213,7 @@ class ArchiveRef(_Model):
     table's counts, and expansion proves it got the right archive)."""
 
     key: str
-    sha256: str
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     partitions: list[str]
     files: NonNegativeInt
     rows: NonNegativeInt
