@@ -20,6 +20,11 @@ goes with the next save). The directory is made 0700, the file 0600, written to 
 temporary name and renamed (two processes saving at once leave one whole pack). Any OS or
 format error makes the cache a miss, never a failure: the read goes to S3.
 
+Archives of long records (`watermark/archive.py`) are kept in a pack of their own
+(`archives`): their key is their content's SHA-256, so a kept body is used only when its
+digest is its key's (`warm_archives`), and each save keeps the archives the records just
+read referenced (`save_archives`). A second `s3rs status` then GETs no archive either.
+
 Where: $S3RS_CACHE_DIR, else $XDG_CACHE_HOME/s3rs, else ~/.cache/s3rs; `off` disables it.
 """
 
@@ -31,8 +36,9 @@ import logging
 import os
 import tempfile
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger("s3rs.cache")
 
@@ -139,7 +145,43 @@ class BodyCache:
             where = os.path.join(base, "s3rs")
         return cls(where, endpoint)
 
+    def archives(self, bucket: str, prefix: str) -> Pack:
+        """The archive objects kept for `bucket` (`prefix`: the watermarks' prefix)."""
+        return self.pack(bucket, prefix + "archives/")
+
     def pack(self, bucket: str, prefix: str) -> Pack:
         """The bodies kept for the objects listed under `prefix` in `bucket`."""
         name = hashlib.sha256(f"{self.endpoint}\0{bucket}\0{prefix}".encode()).hexdigest()
         return Pack(self.root / f"{name}.pack")
+
+
+def warm_archives(pack: Pack) -> int:
+    """Hand the kept archives whose SHA-256 is their key's name to this process's archive
+    memory (`watermark.archive`); returns how many. A damaged one is skipped (read again)."""
+    from s3rs_assets.watermark import archive
+
+    with pack._lock:
+        bodies = dict(pack._bodies)
+    n = 0
+    for key, body in bodies.items():
+        digest = hashlib.sha256(body).hexdigest()
+        if key.rsplit("/", 1)[-1] == f"{digest[:32]}.json":
+            archive.remember(digest, body)
+            n += 1
+    return n
+
+
+def save_archives(pack: Pack, records: Iterable[Any]) -> None:
+    """Keep the archives `records` (whole records just read) were expanded from, and only
+    those: a superseded archive leaves the pack at this save."""
+    from s3rs_assets.watermark import archive
+
+    listed: dict[str, str] = {}
+    for rec in records:
+        ref = getattr(rec, "_archive", None)
+        body = archive.cached(ref.sha256) if ref is not None else None
+        if body is not None:
+            md5 = hashlib.md5(body).hexdigest()
+            pack.put(ref.key, md5, body)
+            listed[ref.key] = md5
+    pack.save(listed)

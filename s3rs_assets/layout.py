@@ -11,6 +11,9 @@ Under the configured prefix (`S3RS_S3_PREFIX`, default `s3rs`):
     watermarks/edits/<schema.table>/before-<edit>-<UTC time>.json     record a manual edit
                                                                       replaced (never a
                                                                       recovery source)
+    watermarks/archives/<schema.table>/<sha256 prefix>.json           old complete partitions
+                                                                      folded out of a long
+                                                                      record (immutable)
 
 Data keys are deterministic in (table, partition, chunk start): a chunk read again
 overwrites its own objects instead of adding duplicates. Nothing else in s3rs joins key
@@ -121,6 +124,17 @@ class Layout:
         if "/" in name or not name.endswith(".json"):
             return None
         return name[: -len(".json")]
+
+    def watermark_archives(self, table: str) -> str:
+        """Prefix of a table's archive objects (watermark/archive.py): content-addressed,
+        written once, referenced by the primary and its copies; under `watermarks/`, so
+        never data to s3clean."""
+        return self._key("watermarks", "archives", check_table(table)) + "/"
+
+    def watermark_archive(self, table: str, digest: str) -> str:
+        if not re.fullmatch(r"[0-9a-f]{16,64}", digest):
+            raise ConfigError(f"invalid watermark archive digest {digest!r}")
+        return self.watermark_archives(table) + f"{digest}.json"
 
     def parse_primary(self, key: str) -> str | None:
         """The table of a listed primary key, or None for anything else."""

@@ -19,6 +19,7 @@ from s3rs_assets import logs
 from s3rs_assets.config import TableConfig
 from s3rs_assets.names import RETRIES_METADATA_KEY, metadata_facts
 from s3rs_assets.watermark import WatermarkRecord
+from s3rs_assets.watermark.archive import expand, s3_loader
 
 log = logging.getLogger("s3rs.cli")
 
@@ -231,7 +232,9 @@ class SyncMonitor:
     def _read(self) -> WatermarkRecord | None:
         try:
             body = self._client.get_object(Bucket=self.s3.bucket, Key=self._key)["Body"].read()
-            return WatermarkRecord.from_json(body, table_name=self.table.name)
+            rec = WatermarkRecord.from_json(body, table_name=self.table.name)
+            # old partitions may be folded into an archive (read once: it is immutable)
+            return expand(rec, s3_loader(self._client, self.s3.bucket))
         except Exception:  # noqa: BLE001 - missing or mid-write: keep the last view
             return None
 

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from s3rs_assets.body_cache import BodyCache
+from s3rs_assets.body_cache import BodyCache, save_archives, warm_archives
 from s3rs_assets.config import TableConfig
 from s3rs_assets.connections import S3_POOL
 from s3rs_assets.errors import SourceSchemaError, WatermarkError
@@ -173,7 +173,13 @@ def fleet_status(
     # the cache answers only for a listed ETag: without a LIST it is neither read nor written
     prefix = store.layout.watermark_tables()
     disk = cache.pack(store.bucket, prefix) if cache and etags is not None else None
+    # a long record's archive is immutable: kept on disk by its digest, whatever was listed
+    arcs = cache.archives(store.bucket, store.layout.watermarks()) if cache else None
+    if arcs is not None:
+        warm_archives(arcs)
     records = read_records(store, [cfg.name for cfg, _ in live], etags, direct=True, disk=disk)
+    if arcs is not None:
+        save_archives(arcs, records.values())
     if disk is not None and etags is not None:
         disk.save({store.layout.watermark_primary(t): etag for t, etag in etags.items()})
     for cfg, _ in live:

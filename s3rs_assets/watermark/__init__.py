@@ -9,6 +9,8 @@ and loaded.
     recovery.py  the explicit step that restores a lost or invalid primary from its copies
     copies.py    the spare copies of a record (daily and per-run session copies): written
                  at a stage's end, their status, their clean-up
+    archive.py   a long record's old complete partitions folded into an immutable archive
+                 object on write, merged back on read
     edits.py     manual edits (`watermark set / reset`) and where the next backup starts
 
 The record and the store are plain Python (no Dagster, no Spark: `lint-imports`); the

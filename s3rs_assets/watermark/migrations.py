@@ -3,7 +3,8 @@
 Version 1 kept one entry per partition, empty ones included; version 2 keeps complete
 empty stretches as closed ranges; version 3 writes key values JSON cannot hold (DATE,
 DATETIME, TIME, DECIMAL) tagged (`key_codec`), so an s3rs of version 2, which would take a
-tag for a string, refuses them. Documents of the old system carry no version and read as
+tag for a string, refuses them; version 4 may keep old complete partitions in an archive
+object (`archive.py`). Documents of the old system carry no version and read as
 version 1. Bump `SCHEMA_VERSION` on any incompatible change, with a step here.
 """
 
@@ -13,7 +14,7 @@ from typing import Any
 
 from s3rs_assets.errors import WatermarkError
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 def migrate(raw: dict[str, Any]) -> dict[str, Any]:
@@ -35,6 +36,8 @@ def migrate(raw: dict[str, Any]) -> dict[str, Any]:
         raw = _v1_to_v2(raw)
     if raw["schema_version"] == 2:
         raw = _v2_to_v3(raw)
+    if raw["schema_version"] == 3:
+        raw = _v3_to_v4(raw)
     return raw
 
 
@@ -64,3 +67,11 @@ def _v1_to_v2(raw: dict[str, Any]) -> dict[str, Any]:
         else:
             closed.append({"start": start, "end": end})
     return {**raw, "schema_version": 2, "partitions": kept, "closed": closed}
+
+
+def _v3_to_v4(raw: dict[str, Any]) -> dict[str, Any]:
+    """Version 4 may fold old complete partitions into an archive object (`archive` field,
+    watermark/archive.py); a version-3 document has none and reads unchanged. The bump makes
+    an older s3rs refuse a folded record (it would miss the archived partitions) instead of
+    taking it for an inconsistent one."""
+    return {**raw, "schema_version": 4}

@@ -22,6 +22,7 @@ from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from s3rs_assets.errors import ConfigError, WatermarkError
 from s3rs_assets.layout import Layout, check_session, check_table
+from s3rs_assets.watermark import archive
 from s3rs_assets.watermark.record import BackupMetadata, WatermarkRecord, iso
 from s3rs_assets.watermark.reports import SaveInfo
 
@@ -189,8 +190,43 @@ class StoreBase:
     # ---------------------------------------------------------------- parsing
 
     def _parse(self, table: str, body: bytes, now: datetime | None) -> WatermarkRecord:
+        """The whole record a stored body holds (its archive merged back), validated."""
+        return self._whole(table, body).check(table_name=table, now=now)
+
+    def _whole(self, table: str, body: bytes) -> WatermarkRecord:
+        """Parse a stored body and merge its archived partitions back (archive.py); not
+        checked. The archive is read once per process (it is immutable)."""
         rec = WatermarkRecord.from_json(body, table_name=table)
-        return rec.check(table_name=table, now=now)
+        ref = rec._archive
+        if ref is not None and ref.key != self.layout.watermark_archive(table, ref.sha256[:32]):
+            raise WatermarkError(
+                f"watermark of {table}: its archive key {ref.key!r} is not "
+                f"{self.layout.watermark_archive(table, ref.sha256[:32])!r}"
+            )
+        return archive.expand(rec, self._load_archive)
+
+    def _load_archive(self, key: str) -> bytes | None:
+        got = self._get(key)
+        return None if got is None else got.body
+
+    def _store_archive(self, table: str, arc: archive.Archive, previous: str | None) -> bool:
+        """Write an archive object once (If-None-Match: an existing one has the same
+        content, its key being its digest); nothing when the record being replaced already
+        references it. Returns whether a PUT was sent."""
+        if previous == arc.ref.sha256:
+            return False
+        try:
+            self._put(arc.key, arc.body, IfNoneMatch="*")
+        except ClientError as e:
+            if not is_race(e):
+                raise
+            # It exists: the same content unless it was damaged, which a PUT repairs.
+            got = self._get(arc.key)
+            if got is None or hashlib.sha256(got.body).hexdigest() != arc.ref.sha256:
+                log.warning("watermark of %s: archive %s was damaged; rewriting it", table, arc.key)
+                self._put(arc.key, arc.body)
+        archive.remember(arc.ref.sha256, arc.body)
+        return True
 
     # ----------------------------------------------------------------- memory
 
@@ -234,10 +270,13 @@ class StoreBase:
             recovered_from=recovered_from,
         )
         record.check(table_name=table)
-        body = record.to_json().encode()
+        body, arc = archive.stored_form(record, self.layout)
         info = SaveInfo(table=table, session_id=self.session_id, recovered_from=recovered_from)
         primary = self.layout.watermark_primary(table)
+        previous = record._archive.sha256 if record._archive is not None else None
         try:
+            if arc is not None and self._store_archive(table, arc, previous):
+                info.archive = arc.key
             etag, info.primary_attempts = self._put(primary, body, **cond)
         except ClientError as e:
             self.forget(table)
@@ -257,6 +296,7 @@ class StoreBase:
         except WatermarkError as e:
             self.forget(table)
             raise WatermarkError(f"watermark of {table}: {e}") from None
+        record._archive = arc.ref if arc is not None else None
         self._set_known(table, _Known(record, etag, body))
         info.etag = etag
         info.written["primary"] = primary

@@ -35,6 +35,7 @@ from pydantic import (
     ConfigDict,
     Field,
     NonNegativeInt,
+    PrivateAttr,
     ValidationError,
     field_serializer,
     field_validator,
@@ -204,6 +205,23 @@ class BackupMetadata(_Model):
     recovered_from: str | None = None
 
 
+class ArchiveRef(_Model):
+    """In a stored record only: where the detail of its folded partitions is (`archive.py`).
+
+    `key` is the immutable archive object, `sha256` its content's digest; the totals are
+    what those partitions add to the record's (so a reader of the raw JSON sees the whole
+    table's counts, and expansion proves it got the right archive)."""
+
+    key: str
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    partitions: list[str]
+    files: NonNegativeInt
+    rows: NonNegativeInt
+    bytes: NonNegativeInt
+    loaded_files: NonNegativeInt
+    loaded_rows: NonNegativeInt
+
+
 class WatermarkRecord(_Model):
     schema_version: int = SCHEMA_VERSION
     table_name: str
@@ -232,6 +250,11 @@ class WatermarkRecord(_Model):
     backup_metadata: BackupMetadata | None = None
     #: the last `s3rs reconcile` of the table and its repair files (ReconcileState below)
     reconcile: ReconcileState | None = None
+    #: The stored form's `archive` reference (never dumped: the model holds every partition).
+    #: Set by `from_json` when the stored JSON folded partitions out; `_folded` stays True
+    #: until `archive.expand` merged them back, and `check()` refuses a folded record.
+    _archive: ArchiveRef | None = PrivateAttr(default=None)
+    _folded: bool = PrivateAttr(default=False)
 
     @classmethod
     def new(cls, table_name: str) -> WatermarkRecord:
@@ -323,13 +346,18 @@ class WatermarkRecord(_Model):
 
     # ---------------------------------------------------------------- JSON
 
-    def to_json(self) -> str:
+    def to_doc(self) -> dict[str, Any]:
+        """The whole record as a JSON-able dict, partition entries without their defaults."""
         doc = self.model_dump(mode="json")
         doc["partitions"] = {
             k: p.model_dump(mode="json", exclude_defaults=True) | {"status": p.status}
             for k, p in self.partitions.items()
         }
-        return json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
+        return doc
+
+    def to_json(self) -> str:
+        """The whole record (every partition), compact; the store may fold it (archive.py)."""
+        return dumps(self.to_doc())
 
     @classmethod
     def from_json(cls, text: str | bytes, *, table_name: str | None = None) -> WatermarkRecord:
@@ -351,8 +379,10 @@ class WatermarkRecord(_Model):
             raw = migrate(raw)
         except WatermarkError as e:
             raise WatermarkError(f"{who}: {e}") from None
+        stored_ref = raw.pop("archive", None) if isinstance(raw, dict) else None
         try:
             rec = cls.model_validate(raw)
+            ref = None if stored_ref is None else ArchiveRef.model_validate(stored_ref)
         except ValidationError as e:
             first = e.errors()[0]
             where = ".".join(str(p) for p in first["loc"])
@@ -362,6 +392,8 @@ class WatermarkRecord(_Model):
             raise WatermarkError(
                 f"watermark belongs to table {rec.table_name!r}, expected {table_name!r}"
             )
+        if ref is not None:
+            rec._archive, rec._folded = ref, True
         return rec
 
     def check(
@@ -382,6 +414,11 @@ class WatermarkRecord(_Model):
         if table_name is not None and self.table_name != table_name:
             raise WatermarkError(
                 f"watermark belongs to table {self.table_name!r}, expected {table_name!r}"
+            )
+        if self._folded and self._archive is not None:
+            raise WatermarkError(
+                f"{who}: {len(self._archive.partitions)} partition(s) are in the archive "
+                f"{self._archive.key}, not read (the store expands a record before using it)"
             )
         if self.schema_version != SCHEMA_VERSION:
             raise WatermarkError(
@@ -431,6 +468,11 @@ class WatermarkRecord(_Model):
                         f"clock ({iso(_naive(now))})"
                     )
         return self
+
+
+def dumps(doc: Any) -> str:
+    """Compact JSON, as every stored record is written."""
+    return json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
 
 
 def _naive(ts: datetime) -> datetime:

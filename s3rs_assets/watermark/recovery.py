@@ -21,6 +21,7 @@ from typing import Any
 
 from s3rs_assets.errors import WatermarkConflict, WatermarkError
 from s3rs_assets.layout import check_table
+from s3rs_assets.watermark.archive import ArchiveUnreadable
 from s3rs_assets.watermark.copies import Copies
 from s3rs_assets.watermark.objects import CAS_ATTEMPTS, S3_ERRORS, _describe, _Known, _Lost, log
 from s3rs_assets.watermark.record import iso
@@ -60,6 +61,8 @@ class Recovery(Copies):
                     known = _Known(rec, got.etag, got.body)
                     self._set_known(table, known)
                     return RecoveryReport(table, "primary", primary, rec, got.etag), known
+                except ArchiveUnreadable:
+                    raise  # S3 failed, not the record: nothing to recover over
                 except WatermarkError as e:
                     primary_error = str(e)
                     log.error("watermark of %s at %s is invalid: %s", table, primary, e)

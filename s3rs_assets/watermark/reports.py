@@ -22,6 +22,8 @@ class SaveInfo:
     primary_attempts: int = 0  # requests botocore sent for the primary PUT
     cas_rounds: int = 1
     recovered_from: str | None = None
+    #: the archive object this save wrote (watermark/archive.py), None when none was needed
+    archive: str | None = None
 
     def merged(self, other: SaveInfo) -> SaveInfo:
         """This save plus another one of the same table (the primary, then its backups)."""
@@ -34,6 +36,7 @@ class SaveInfo:
             primary_attempts=self.primary_attempts or other.primary_attempts,
             cas_rounds=self.cas_rounds,
             recovered_from=self.recovered_from or other.recovered_from,
+            archive=self.archive or other.archive,
         )
 
     def as_metadata(self) -> dict[str, Any]:

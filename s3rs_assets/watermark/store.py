@@ -38,9 +38,13 @@ missing or invalid primary is answered with the copy recovery would restore, and
 it is the explicit `recover()` (recovery.py); the first `update()` of a run recovers too,
 since it writes anyway.
 
+A long record is stored folded: its old complete, loaded partitions live in an immutable
+archive object it references, written before the record's compare-and-swap and merged back
+on every read (`archive.py`). Everything above sees and writes the whole record.
+
 The store is split by what each part does: `objects.py` (S3 helpers, memory, the verified
 primary write), `copies.py` (daily and session copies), `recovery.py` (the recovery order),
-this module (reads and compare-and-swap updates).
+`archive.py` (folding a long record), this module (reads and compare-and-swap updates).
 """
 
 from __future__ import annotations
@@ -116,7 +120,7 @@ class WatermarkStore(Recovery):
                 if report.recovered:
                     recovery = report
             record = (
-                WatermarkRecord.from_json(known.body, table_name=table)
+                self._whole(table, known.body)
                 if known.body is not None
                 else WatermarkRecord.new(table)
             )
