@@ -13,6 +13,13 @@ ticks: a primary whose listed ETag is the one this process validated (with the M
 clock) on an earlier tick holds the same bytes, so it is valid again without a GET
 (`_VALIDATED`); a changed, missing or never-validated one is read and recovered as before.
 The clock only moves on, so a cursor that was not in its future still is not.
+
+A table without a listed primary was never synced, unless a copy or the event log holds
+its record: the daily and session copies are listed once per tick for the whole fleet
+(`tables_with_copies`), so a never-synced table costs no S3 request of its own; one with a
+copy, or whose listing failed, goes through the whole recovery search. A primary or copy
+written after the tick's listings is seen by the next tick (nothing is written for a table
+found never synced).
 """
 
 from __future__ import annotations
@@ -101,6 +108,19 @@ def check_listed(
     return c
 
 
+def check_unlisted(store: WatermarkStore, table: str, now: datetime | None) -> WatermarkCheck:
+    """A table with neither a listed primary nor a listed copy: never synced, unless the
+    event log (the last recovery source) holds its record."""
+    fallback = store.event_log_fallback
+    try:
+        found = fallback(table) if fallback is not None else None
+    except Exception:  # noqa: BLE001 - the whole search says what fails
+        found = True
+    if found is None:
+        return WatermarkCheck(table, "never_synced", "no watermark anywhere (never synced)")
+    return check_watermark(store, table, now)
+
+
 def _fingerprint(text: str) -> str:
     return hashlib.sha1(text.encode()).hexdigest()[:12]
 
@@ -132,16 +152,27 @@ def build_watermark_guard(tables: Sequence[TableConfig]) -> dg.SensorDefinition:
             now, clock_note = None, f" (MySQL clock not read, future-cursor check skipped: {e})"
         store = store_for(s3, instance=context.instance)
         reported: dict[str, str] = json.loads(context.cursor) if context.cursor else {}
+        copies: set[str] | None = None  # None: every unlisted table searches on its own
         try:
             listed = primary_etags(store)
         except S3_ERRORS:
             listed = {}  # every table is read, and says what fails
+        else:
+            try:
+                if any(name not in listed for name in by_name):
+                    copies = store.tables_with_copies()
+            except S3_ERRORS:
+                copies = None
+
+        def check(name: str) -> WatermarkCheck:
+            if copies is not None and name not in listed and name not in copies:
+                return check_unlisted(store, name, now)
+            return check_listed(store, name, listed.get(name), now)
+
         # S3 round trips dominate: records are read by GUARD_WORKERS threads (the store is
         # thread-safe), the report below stays in table order.
         with ThreadPoolExecutor(max_workers=GUARD_WORKERS) as pool:
-            checks = list(
-                pool.map(lambda name: check_listed(store, name, listed.get(name), now), by_name)
-            )
+            checks = list(pool.map(check, by_name))
         events: list[dg.AssetObservation] = []
         for c in checks:
             key = asset_key(by_name[c.table], "s3_parquet")

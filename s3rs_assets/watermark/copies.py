@@ -65,6 +65,14 @@ class Copies(StoreBase):
         )
         return info
 
+    def tables_with_copies(self) -> set[str]:
+        """Tables with a daily or a session copy in S3, from one listing of each prefix for
+        the whole fleet (the guard's tick; one table's recovery search lists the session
+        copies of every table, so a per-table search over a fleet costs tables x sessions)."""
+        return {o.table for o in self._daily_objects()} | {
+            o.table for o in self._session_objects()
+        }
+
     def copy_status(
         self, table: str, *, now: datetime | None = None, source_now: datetime | None = None
     ) -> dict[str, Any]:
