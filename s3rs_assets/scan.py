@@ -38,7 +38,8 @@ from s3rs_assets.watermark.record import Position, WatermarkRecord
 from s3rs_assets.watermark.store import WatermarkStore
 
 CHUNK = 500  # tables in one UNION ALL statement
-#: botocore's connection pool when the client's Config does not say (dagster-aws's client)
+#: botocore's connection pool when the client's Config does not say (a client not built by
+#: connections.s3_client)
 BOTOCORE_POOL = 10
 #: concurrent S3 reads for a caller that does not size them by its client (`threads`)
 WORKERS = BOTOCORE_POOL
