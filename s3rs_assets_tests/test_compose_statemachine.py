@@ -44,6 +44,7 @@ from hypothesis.stateful import (
     RuleBasedStateMachine,
     initialize,
     invariant,
+    precondition,
     rule,
     run_state_machine_as_test,
 )
@@ -401,6 +402,10 @@ class Composition(RuleBasedStateMachine):
         self.mark_dirty({i})
         self.steps.append(f"delete target row {i}")
 
+    # Hypothesis enables a random subset of the rules per example (swarm testing), and one
+    # with little else enabled repeated `s3clean --force` for most of its steps (about a
+    # third of all steps in a 44-example run): a second one in a row changes nothing.
+    @precondition(lambda self: not (self.steps and self.steps[-1].startswith("s3clean")))
     @rule()
     def s3clean_force(self) -> None:
         r = self.run("s3clean", "clean", "-t", self.w.name, "--force")
