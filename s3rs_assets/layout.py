@@ -131,6 +131,18 @@ class Layout:
         never data to s3clean."""
         return self._key("watermarks", "archives", check_table(table)) + "/"
 
+    def watermark_archive_root(self) -> str:
+        """Prefix of every table's archive objects."""
+        return self._key("watermarks", "archives") + "/"
+
+    def parse_archive(self, key: str) -> str | None:
+        """The table of a listed archive key, or None for anything else."""
+        head = self.watermark_archive_root()
+        parts = key[len(head) :].split("/") if key.startswith(head) else []
+        if len(parts) != 2 or not parts[1].endswith(".json"):
+            return None
+        return parts[0]
+
     def watermark_archive(self, table: str, digest: str) -> str:
         if not re.fullmatch(r"[0-9a-f]{16,64}", digest):
             raise ConfigError(f"invalid watermark archive digest {digest!r}")

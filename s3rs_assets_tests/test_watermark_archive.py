@@ -354,3 +354,30 @@ def test_a_tampered_archive_reference_is_refused(
     body = json.dumps(raw).encode()
     with pytest.raises(WatermarkError, match=error):
         store._parse(T, body, None)
+
+
+def test_cleanup_deletes_old_archives_no_kept_record_references(store, s3_resource, s3_client,
+                                                                 bucket):
+    """Archives are immutable and a copy may reference an old one, so nothing deletes them
+    on write; `watermark cleanup-backups` deletes those past its cutoff that neither the
+    primary, a kept copy nor an edit copy references."""
+    store.update(T, add_days(0, 73))
+    store.write_copies(T)
+    used = stored(s3_client, bucket)["archive"]["key"]
+    orphan = LAYOUT.watermark_archive(T, "ab" * 16)  # a crash between its PUT and the CAS
+    s3_client.put_object(Bucket=bucket, Key=orphan, Body=b"{}")
+    later = datetime.now() + timedelta(days=30)
+
+    dry = store.cleanup_copies(7, dry_run=True, now=later)
+    assert dry.archives == [orphan] and orphan in dry.deleted
+    assert s3_client.head_object(Bucket=bucket, Key=orphan)  # a dry run deletes nothing
+
+    done = store.cleanup_copies(7, now=later)
+    assert done.archives == [orphan] and not done.failed
+    listed = s3_client.list_objects_v2(Bucket=bucket, Prefix=LAYOUT.watermark_archives(T))
+    assert [o["Key"] for o in listed["Contents"]] == [used]
+    archive.forget_cache()
+    assert len(store_for(s3_resource, "run-c").read(T, fresh=True).partitions) == 73
+    # within the cutoff an unreferenced archive stays: its record may not be written yet
+    s3_client.put_object(Bucket=bucket, Key=orphan, Body=b"{}")
+    assert store.cleanup_copies(7).archives == []

@@ -425,13 +425,17 @@ def watermark_backup_status(name: str, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True)
 @friendly_errors
 def watermark_cleanup_backups(days_to_keep: int, dry_run: bool, as_json: bool) -> None:
-    """Delete old watermark backups (never a primary, never a table's newest valid copy)."""
+    """Delete old watermark backups (never a primary, never a table's newest valid copy),
+    and old archives of long records that no kept record references."""
     report = _store(_s3_checked()).cleanup_copies(days_to_keep, dry_run=dry_run)
     if as_json:
         _dump({**report.as_metadata(), "keys": report.deleted})
         return
     verb = "would delete" if dry_run else "deleted"
-    echo(f"{verb} {len(report.deleted)} backup(s) older than {days_to_keep} day(s)")
+    archives = f", of them {len(report.archives)} archive(s) no kept record references" if (
+        report.archives
+    ) else ""
+    echo(f"{verb} {len(report.deleted)} backup(s) older than {days_to_keep} day(s){archives}")
     for k in report.deleted:
         echo(f"  {k}")
     echo(

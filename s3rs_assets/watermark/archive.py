@@ -24,8 +24,9 @@ does:
   The daily and session copies are byte copies of the primary, so they reference the same
   immutable objects and recovery from a copy works. A crash between the archive PUT and the
   CAS leaves an orphaned archive that nothing references: harmless (a later write of the
-  same content finds it). Nothing deletes archives: a copy or an edit copy may still
-  reference one.
+  same content finds it). Nothing deletes an archive on write (a copy or an edit copy
+  may still reference one): `watermark cleanup-backups` deletes those older than its
+  cutoff that no kept record (primary, copy, edit copy) references.
 * `expand` (every read that validates a record: the store's `_parse`, `watermark history`,
   the sync monitor) GETs the archive (kept in-process by digest: it is immutable), verifies
   its digest and totals and merges its partitions back; `check()` then runs on the whole

@@ -11,6 +11,7 @@ primary, nor the newest valid copy of any table.
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -133,7 +134,8 @@ class Copies(StoreBase):
     def cleanup_copies(
         self, days_to_keep: int, dry_run: bool = False, now: datetime | None = None
     ) -> CleanupReport:
-        """Delete daily and session backups last written more than `days_to_keep` days ago.
+        """Delete daily and session backups last written more than `days_to_keep` days ago,
+        and archives (archive.py) as old that no kept record references.
 
         Never deletes a primary, nor the newest valid backup of any table (whatever its
         age), nor keys that are not recognisable backups. `now` is the wall clock (UTC).
@@ -170,6 +172,8 @@ class Copies(StoreBase):
                 else:
                     doomed.append(o.key)
 
+        report.archives = self._unreferenced_archives(cutoff, set(doomed), report)
+        doomed += report.archives
         report.deleted = doomed if dry_run else []
         if dry_run:
             log.info("watermark backup cleanup (dry run): would delete %d", len(doomed))
@@ -195,6 +199,50 @@ class Copies(StoreBase):
             len(report.failed),
         )
         return report
+
+    def _unreferenced_archives(
+        self, cutoff: datetime, going: set[str], report: CleanupReport
+    ) -> list[str]:
+        """Archives written before `cutoff` that no record kept after this cleanup
+        references: not the primary, not a daily or session copy outside `going`, not an
+        edit copy (`watermark restore` may put one back). The age guard covers an archive
+        whose record's compare-and-swap has not happened yet. A table whose records cannot
+        all be read keeps every archive."""
+        per_table: dict[str, list[str]] = {}
+        for item in self._list(self.layout.watermark_archive_root()):
+            table = self.layout.parse_archive(item["Key"])
+            if table is not None and _utc(item["LastModified"]) < cutoff:
+                per_table.setdefault(table, []).append(item["Key"])
+        if not per_table:
+            return []
+        copies: dict[str, list[str]] = {}
+        for obj in self._daily_objects() + self._session_objects():
+            if obj.key not in going:
+                copies.setdefault(obj.table, []).append(obj.key)
+        out: list[str] = []
+        for table, old in sorted(per_table.items()):
+            try:
+                keys = [self.layout.watermark_primary(table), *copies.get(table, [])]
+                keys += [i["Key"] for i in self._list(self.layout.watermark_edits(table))]
+                used = {ref for key in keys if (ref := self._archive_of(key)) is not None}
+            except (S3_ERRORS, ConfigError) as e:
+                report.failed.update({k: f"kept: {_describe(e)}" for k in old})
+                log.error("watermark backup cleanup keeps %s's archives: %s", table, e)
+                continue
+            out += [k for k in old if k not in used]
+        return out
+
+    def _archive_of(self, key: str) -> str | None:
+        """The archive key the record stored at `key` references (None: none, or no
+        such object, or not a record)."""
+        got = self._get(key)
+        if got is None:
+            return None
+        try:
+            ref = json.loads(got.body).get("archive")
+        except (ValueError, AttributeError):
+            return None
+        return ref.get("key") if isinstance(ref, dict) else None
 
     def _newest_valid(self, table: str, objs: list[_Obj]) -> tuple[_Obj | None, str | None]:
         """The newest backup that validates, or (None, error) if one could not be read."""

@@ -101,6 +101,8 @@ class CleanupReport:
     kept_recent: int = 0
     kept_newest: dict[str, str] = field(default_factory=dict)  # table -> key kept by age
     failed: dict[str, str] = field(default_factory=dict)  # key -> error
+    #: archives (watermark/archive.py) no kept record references, among `deleted`
+    archives: list[str] = field(default_factory=list)
 
     def as_metadata(self) -> dict[str, Any]:
         return {
@@ -108,6 +110,7 @@ class CleanupReport:
             "dry_run": self.dry_run,
             "cutoff": self.cutoff.isoformat(),
             "deleted": len(self.deleted),
+            "archives_deleted": len(self.archives),
             "kept_recent": self.kept_recent,
             "kept_newest": dict(self.kept_newest),
             "failed": dict(self.failed),
