@@ -122,6 +122,11 @@ def worker_startup(sync: SyncEnv, n: int, code_dir: Path = REPO) -> float | None
 
 
 def make_table(ctx: Ctx, schema: str, table: str, rows: int, day: date) -> None:
+    """`rows` rows a minute apart from 06:00 of the day before `day`: all in the past at
+    any time of day (dated `day` itself, between 06:00 and 06:00 + `rows` minutes UTC the
+    first sync's cursor stood past "now - 1 minute", where `sync_startup` adds its new
+    rows, and the timed syncs found nothing new)."""
+    seeded = day - timedelta(days=1)
     with mysql_connect(ctx.mysql) as conn, conn.cursor() as cur:
         cur.execute(f"CREATE DATABASE IF NOT EXISTS `{schema}` CHARACTER SET utf8mb4")
     # seq_1_to_N (the Sequence engine) needs a current database
@@ -130,7 +135,8 @@ def make_table(ctx: Ctx, schema: str, table: str, rows: int, day: date) -> None:
         cur.execute(DDL.format(schema=schema, table=table))
         cur.execute(
             f"INSERT INTO `{schema}`.`{table}` SELECT s.seq, CONCAT('row ', s.seq), "
-            f"TIMESTAMP'{day:%Y-%m-%d} 06:00:00' + INTERVAL s.seq MINUTE FROM seq_1_to_{rows} s"
+            f"TIMESTAMP'{seeded:%Y-%m-%d} 06:00:00' + INTERVAL s.seq MINUTE "
+            f"FROM seq_1_to_{rows} s"
         )
 
 
