@@ -3,8 +3,10 @@
 They are byte-identical copies of the primary, written when a stage of a run ends, when it
 fails, after a manual change and after a recovery — not at every checkpoint — so they are
 at most one run behind the primary and a lost primary costs at most a re-read of what the
-last run read. Their S3 keys keep the old system's layout (`watermarks/backups/daily/...`,
-`watermarks/backups/sessions/...`, `layout.py`); in s3rs "backup" names stage 1 only.
+last run read. Their S3 keys are under `watermarks/backups/` (`daily/...` as in the old
+system; session copies under a prefix per table, `sessions-by-table/<table>/<run>.json`, those
+of the old layout `sessions/<run>/<table>.json` still read: `layout.py`); in s3rs "backup"
+names stage 1 only.
 `copy_status` shows every location, `cleanup_copies` deletes old ones but never a
 primary, nor the newest valid copy of any table.
 """
@@ -67,12 +69,9 @@ class Copies(StoreBase):
         return info
 
     def tables_with_copies(self) -> set[str]:
-        """Tables with a daily or a session copy in S3, from one listing of each prefix for
-        the whole fleet (the guard's tick; one table's recovery search lists the session
-        copies of every table, so a per-table search over a fleet costs tables x sessions)."""
-        return {o.table for o in self._daily_objects()} | {
-            o.table for o in self._session_objects()
-        }
+        """Tables with a daily or a session copy in S3, from one LIST of the copies' common
+        prefix for the whole fleet (the guard's tick), not three per table."""
+        return {o.table for o in self._copy_objects()}
 
     def copy_status(
         self, table: str, *, now: datetime | None = None, source_now: datetime | None = None
@@ -151,7 +150,7 @@ class Copies(StoreBase):
         cutoff = _utc(now) - timedelta(days=days_to_keep)
         report = CleanupReport(days_to_keep, dry_run, cutoff.replace(tzinfo=None))
         per_table: dict[str, list[_Obj]] = {}
-        for obj in self._daily_objects() + self._session_objects():
+        for obj in self._copy_objects():
             per_table.setdefault(obj.table, []).append(obj)
 
         doomed: list[str] = []
@@ -216,7 +215,7 @@ class Copies(StoreBase):
         if not per_table:
             return []
         copies: dict[str, list[str]] = {}
-        for obj in self._daily_objects() + self._session_objects():
+        for obj in self._copy_objects():
             if obj.key not in going:
                 copies.setdefault(obj.table, []).append(obj.key)
         out: list[str] = []

@@ -337,12 +337,28 @@ class StoreBase:
                 out.append(_Obj("daily", item["Key"], name, item["LastModified"], day))
         return out
 
-    def _session_objects(self, table: str | None = None) -> list[_Obj]:
+    def _session_objects(self, table: str) -> list[_Obj]:
+        """The session copies of `table`: a LIST of the table's own prefix, and one of the
+        older layout's prefix (layout.legacy_sessions), which holds every table's: one
+        request returning nothing once `cleanup-backups` has emptied it."""
         out = []
-        for item in self._list(self.layout.watermark_sessions()):
-            parsed = self.layout.parse_session(item["Key"])
-            if parsed and (table is None or parsed[1] == table):
-                out.append(_Obj("session", item["Key"], parsed[1], item["LastModified"]))
+        for head in (self.layout.watermark_sessions(table), self.layout.legacy_sessions()):
+            for item in self._list(head):
+                parsed = self.layout.parse_session(item["Key"])
+                if parsed and parsed[1] == table:
+                    out.append(_Obj("session", item["Key"], parsed[1], item["LastModified"]))
+        return out
+
+    def _copy_objects(self) -> list[_Obj]:
+        """Every daily and session copy of every table, from one LIST of their common
+        prefix (a page per 1,000 copies)."""
+        out = []
+        for item in self._list(self.layout.watermark_backups()):
+            key, modified = item["Key"], item["LastModified"]
+            if daily := self.layout.parse_daily(key):
+                out.append(_Obj("daily", key, daily[0], modified, daily[1]))
+            elif session := self.layout.parse_session(key):
+                out.append(_Obj("session", key, session[1], modified))
         return out
 
     def list_tables(self) -> list[str]:
@@ -350,8 +366,7 @@ class StoreBase:
         names = {
             self.layout.parse_primary(i["Key"]) for i in self._list(self.layout.watermark_tables())
         }
-        names |= {o.table for o in self._daily_objects()}
-        names |= {o.table for o in self._session_objects()}
+        names |= {o.table for o in self._copy_objects()}
         return sorted(n for n in names if n is not None and _valid_table(n))
 
     # ------------------------------------------------------- status and cleanup
