@@ -44,7 +44,7 @@ FLEET_SCHEMA = "s3rs_fleet" if SCHEMA == "s3rs_bench" else f"{SCHEMA}_fleet"
 PROBE = "fleet_probe"
 LOAD_SCRIPT = (
     "import time, warnings; warnings.filterwarnings('ignore'); t = time.perf_counter(); "
-    "import s3rs_assets.definitions as d; d.defs.get_repository_def(); "
+    "import s3rs_assets.definitions as d; d.whole_location().get_repository_def(); "
     "print(f'{time.perf_counter() - t:.3f}')"
 )
 DDL = """CREATE TABLE `{schema}`.`{table}` (

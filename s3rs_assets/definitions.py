@@ -99,14 +99,5 @@ def location() -> dg.Definitions:
     return _FOR_RUN[run_id] or whole_location()
 
 
-class _Loader(LazyDefinitions[dg.Definitions]):
-    """Dagster's `dg.definitions` loader; any other attribute (`defs.resolve_asset_graph()`,
-    as the tests and scripts used the Definitions object) is the whole location's."""
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return getattr(whole_location(), name)
-
-
-defs = _Loader(load_fn=location, has_context_arg=False)
+#: Dagster's loader of the location; the whole location as an object is `whole_location()`.
+defs = LazyDefinitions(load_fn=location, has_context_arg=False)

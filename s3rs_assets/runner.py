@@ -37,15 +37,6 @@ _BUILT: dict[str, Any] = {}
 os.environ.setdefault("DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS", "1")
 
 
-def __getattr__(name: str) -> Any:
-    """`runner.dg`: the dagster module, imported on first use."""
-    if name == "dg":
-        import dagster
-
-        return dagster
-    raise AttributeError(name)
-
-
 def sync_job(table: str) -> dg.JobDefinition:
     """`table_job.sync_job(table)`, built once for a run this process executes (what the
     runs' pointers name: re-executed from the UI, it builds)."""

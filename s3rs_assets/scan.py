@@ -38,11 +38,6 @@ from s3rs_assets.watermark.record import Position, WatermarkRecord
 from s3rs_assets.watermark.store import WatermarkStore
 
 CHUNK = 500  # tables in one UNION ALL statement
-#: botocore's connection pool when the client's Config does not say (a client not built by
-#: connections.s3_client)
-BOTOCORE_POOL = 10
-#: concurrent S3 reads for a caller that does not size them by its client (`threads`)
-WORKERS = BOTOCORE_POOL
 
 
 def _as_datetime(value: Any) -> datetime | None:
@@ -112,11 +107,10 @@ class RecordCache:
 
 
 def threads(client: Any) -> int:
-    """Threads for concurrent reads through `client`: as many as its connection pool holds,
-    at most S3_POOL (more threads than connections would open and drop one per read)."""
-    config = getattr(getattr(client, "meta", None), "config", None)
-    pool = getattr(config, "max_pool_connections", None) or BOTOCORE_POOL
-    return max(1, min(S3_POOL, pool))
+    """Threads for concurrent reads through `client`: as many as its connection pool holds
+    (S3_POOL for connections.s3_client's), at most S3_POOL (more threads than connections
+    would open and drop one per read)."""
+    return max(1, min(S3_POOL, client.meta.config.max_pool_connections))
 
 
 def read_records(

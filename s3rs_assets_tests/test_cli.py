@@ -126,7 +126,7 @@ def ensure_definitions(tables_file) -> None:
     names = {t.name for t in mod.load_tables()}
     built = {
         ".".join(k.path[:2])
-        for k in mod.defs.resolve_asset_graph().get_all_asset_keys()
+        for k in mod.whole_location().resolve_asset_graph().get_all_asset_keys()
     }
     if not names <= built:
         importlib.reload(mod)
@@ -1086,28 +1086,16 @@ def test_log_format_from_the_environment(stack, monkeypatch):
 
 
 def test_sync_json_lines_only_once_dagster_console_is_silenced(stack, orders, monkeypatch):
-    """`runner.execute(..., loggers=...)` (requested from runner.py) lets the CLI silence
-    Dagster's own console logger; the monitor then re-emits the run's messages as s3rs log
-    lines, so `--log-format json` output is JSON only. Simulated here with that signature."""
-    import dagster as dg
-
+    """`runner.execute(..., loggers=...)` lets the CLI silence Dagster's own console logger;
+    the monitor then re-emits the run's messages as s3rs log lines, so `--log-format json`
+    output is JSON only. The CLI's call goes through unchanged; only its loggers are noted."""
     from s3rs_assets import runner
 
     real = runner.execute
 
     def execute(plan, inst, limit=None, extra_tags=None, loggers=None):
         calls.append(loggers)
-        orig = dg.execute_job
-
-        def with_loggers(job, **kw):
-            kw["run_config"] = {**(kw.get("run_config") or {}), "loggers": loggers}
-            return orig(job, **kw)
-
-        monkeypatch.setattr(runner.dg, "execute_job", with_loggers)
-        try:
-            return real(plan, inst, limit=limit, extra_tags=extra_tags)
-        finally:
-            monkeypatch.setattr(runner.dg, "execute_job", orig)
+        return real(plan, inst, limit=limit, extra_tags=extra_tags, loggers=loggers)
 
     calls: list = []
     monkeypatch.setattr(runner, "execute", execute)

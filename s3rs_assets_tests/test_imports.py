@@ -296,10 +296,10 @@ def test_the_commands_s3_client_reads_with_as_many_threads_as_connections(moto_e
     import botocore.session
 
     from s3rs_assets.connections import S3_POOL, S3Connector
-    from s3rs_assets.scan import BOTOCORE_POOL, threads
+    from s3rs_assets.scan import threads
 
     client = S3Connector(bucket="unused").client()
     assert client.meta.config.max_pool_connections == S3_POOL == threads(client) == 32
     assert client.meta.config.retries["total_max_attempts"] == 6  # 5 retries, standard mode
     plain = botocore.session.Session().create_client("s3")
-    assert threads(plain) == BOTOCORE_POOL == 10
+    assert threads(plain) == plain.meta.config.max_pool_connections == 10  # botocore's

@@ -43,7 +43,7 @@ from s3rs_assets.names import (
     asset_key,
 )
 from s3rs_assets.resources import MySQLResource, S3Resource
-from s3rs_assets.scan import WORKERS, RecordCache, primary_etags
+from s3rs_assets.scan import RecordCache, primary_etags
 from s3rs_assets.sensors.common import clip
 from s3rs_assets.source import (
     server_now,
@@ -52,7 +52,8 @@ from s3rs_assets.watermark import iso
 from s3rs_assets.watermark.reports import RecoveryReport
 from s3rs_assets.watermark.store import S3_ERRORS, WatermarkStore
 
-GUARD_WORKERS = WORKERS  # concurrent record reads per tick (2,000 tables: issue 18)
+#: concurrent record reads per tick (2,000 tables: issue 18); within the S3 client's pool
+GUARD_WORKERS = 10
 #: primaries this process validated, by ETag (module docstring)
 _VALIDATED = RecordCache()
 
