@@ -62,7 +62,9 @@ def build_definitions(tables: list[TableConfig] | None = None) -> dg.Definitions
 
 
 #: The whole location last built in this process and what it was built from: Dagster loads
-#: a location several times in one process (a run worker: three times).
+#: a location several times in one process (a run worker: three times). Not runner.py's
+#: `_BUILT`: that one holds the job of a run the CLI executes in its own process, for that
+#: run only, reconstructed from `runner.sync_job` without loading this location.
 _WHOLE: dict[str, Any] = {}
 #: The definitions a run worker chose for its run, by run id (one entry per process).
 _FOR_RUN: dict[str, dg.Definitions | None] = {}

@@ -28,7 +28,10 @@ DEFINITIONS_MODULE = "s3rs_assets.runner"
 #: tables whose run this process is starting or executing, and their jobs once built:
 #: Dagster reconstructs a run's job from its pointer four times per run (to check it, to
 #: plan, to run, for the step context), each a full build of the table's assets, checks
-#: and job (~50-100 ms)
+#: and job (~50-100 ms). Not definitions.py's `_WHOLE`/`_FOR_RUN`: those hold what Dagster
+#: loads as the code location (checked against the table list and environment at each
+#: load, which this per-run job need not read); this holds one table's job only while this
+#: process executes its run, so a changed configuration is rebuilt at the next run.
 _EXECUTING: set[str] = set()
 _BUILT: dict[str, Any] = {}
 # One planned-materialization event per asset for a range run, not one per partition: a run
