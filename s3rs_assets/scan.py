@@ -6,6 +6,8 @@ query or an S3 GET per table per look is minutes, not seconds (issue 18). So:
 * the catalog is read with two queries per schema (`source.describe_many`);
 * the newest cursor of every table is one UNION ALL query per schema (`newest_cursors`,
   chunked at CHUNK tables a statement), index-only when the cursor is indexed;
+* the sensor's first and newest row of the tables with new rows are one UNION ALL per
+  schema and key shape (`rows_at`), not two probes per table;
 * which tables have a primary watermark is one LIST (a page per 1,000 tables), so a
   missing record is "never synced" without a recovery search (`primary_etags`);
 * records are read by as many threads as the S3 client's connection pool holds
@@ -23,10 +25,12 @@ Nothing here imports Dagster: `s3rs status` uses it from the CLI.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import date, datetime
 from typing import Any
+
+import pymysql
 
 from s3rs_assets.body_cache import Pack
 from s3rs_assets.connections import S3_POOL
@@ -206,3 +210,53 @@ def rows_after(
                 cur.execute(" UNION ALL ".join(parts))
                 found |= {chunk[int(i)][0] for i, e in cur.fetchall() if e}
     return found
+
+
+#: MySQL's "illegal mix of collations" errors: a UNION of text keys of other collations
+_COLLATION_MIX = (1267, 1270, 1271)
+
+
+def _shape(src: SourceTable) -> tuple[tuple[str, str | None], ...]:
+    """The exact types of the keyset's columns: statements of one shape UNION into columns
+    of those very types, so every value comes back as its own probe would return it."""
+    by_name = {c.name: c for c in src.columns}
+    return tuple(
+        (by_name[n].column_type, by_name[n].charset) if n in by_name else (n, None)
+        for n in src.keys.names
+    )
+
+
+def rows_at(
+    conn: Any, items: Sequence[tuple[Hashable, SourceTable, str]]
+) -> dict[Any, Position | None]:
+    """key -> the (cursor, pk) row its single-row keyset statement (`source.first_row_sql`,
+    `source.last_row_sql`) returns, None for none: the statements of one schema and key
+    shape (`_shape`) as one UNION ALL (per CHUNK), each a derived table keeping its own
+    ORDER BY ... LIMIT 1 (the same index probe). A UNION MySQL refuses for mixed collations
+    of text keys runs its statements one by one."""
+    groups: dict[tuple[str, Any], list[tuple[Hashable, SourceTable, str]]] = {}
+    for item in items:
+        groups.setdefault((item[1].schema, _shape(item[1])), []).append(item)
+    out: dict[Any, Position | None] = {key: None for key, _, _ in items}
+    with conn.cursor() as cur:
+        for group in groups.values():
+            for at in range(0, len(group), CHUNK):
+                chunk = group[at : at + CHUNK]
+                union = " UNION ALL ".join(
+                    f"SELECT {i} AS i, d.* FROM ({sql}) AS d" for i, (_, _, sql) in enumerate(chunk)
+                )
+                try:
+                    cur.execute(union)
+                    rows = [(chunk[int(r[0])][0], r[1:]) for r in cur.fetchall()]
+                except (pymysql.err.OperationalError, pymysql.err.InternalError) as e:
+                    if not e.args or e.args[0] not in _COLLATION_MIX:
+                        raise
+                    rows = []
+                    for key, _, sql in chunk:
+                        cur.execute(sql)
+                        row = cur.fetchone()
+                        if row is not None:
+                            rows.append((key, row))
+                for key, row in rows:
+                    out[key] = Position(c=row[0], pk=list(row[1:]))
+    return out
