@@ -133,16 +133,20 @@ def read_records(
     search_missing: bool = False,
     direct: bool = False,
     disk: Pack | None = None,
+    copies: set[str] | None = None,
 ) -> dict[str, WatermarkRecord | None | WatermarkError]:
     """name -> its record, None (never synced) or the WatermarkError reading it raised.
 
     Read by `threads(store.client)` threads. A table with no primary in `etags` is None
     without a read, unless `search_missing` (then the store's read-only recovery answers,
-    as a run would start from it). With `direct` (a one-off look: `s3rs status`) the
-    primary itself is read, no recovery search: a missing one is None, an invalid one its
-    error (restoring is the guard's job); `etags` None means no LIST was made and every
-    primary is fetched. `disk` (a `body_cache.Pack`) answers a direct read whose listed ETag is
-    the MD5 of the body it holds, and keeps every body fetched."""
+    as a run would start from it; with `copies`, the tables with a daily or session copy
+    listed once for the fleet (`store.tables_with_copies`), a table with neither a listed
+    primary nor a copy searches only the event log, the last recovery source, and is None
+    when that holds nothing: no S3 request of its own). With `direct` (a one-off look:
+    `s3rs status`) the primary itself is read, no recovery search: a missing one is None,
+    an invalid one its error (restoring is the guard's job); `etags` None means no LIST was
+    made and every primary is fetched. `disk` (a `body_cache.Pack`) answers a direct read
+    whose listed ETag is the MD5 of the body it holds, and keeps every body fetched."""
 
     def fetch(name: str, etag: str | None) -> WatermarkRecord | None | WatermarkError:
         key = store.layout.watermark_primary(name)
@@ -165,6 +169,13 @@ def read_records(
         etag = etags.get(name)
         if etag is None and not search_missing:
             return None
+        if (
+            etag is None
+            and copies is not None
+            and name not in copies
+            and not _in_event_log(store, name)
+        ):
+            return None
         if direct:
             return fetch(name, etag)
         if etag is not None and cache is not None:
@@ -184,6 +195,17 @@ def read_records(
         return {}
     with ThreadPoolExecutor(max_workers=min(threads(store.client), len(todo))) as pool:
         return dict(zip(todo, pool.map(one, todo), strict=True))
+
+
+def _in_event_log(store: WatermarkStore, table: str) -> bool:
+    """Whether the store's event-log fallback may hold `table`'s record (an error: maybe)."""
+    fallback = store.event_log_fallback
+    if fallback is None:
+        return False
+    try:
+        return fallback(table) is not None
+    except Exception:  # noqa: BLE001 - the store's own search then says what fails
+        return True
 
 
 def rows_after(

@@ -197,24 +197,27 @@ def never_synced_tick(calls: Calls, schemas, n: int, mysql_url, s3_resource):
     with dg.instance_for_test() as instance:
         s = Sensors(cfgs, instance, res_for(mysql_url, s3_resource))
         tick = calls.run(lambda: s.tick(NEW_DATA))
-    return calls.sql, {r.tags[TABLE_TAG]: r for r in tick.run_requests}, cfgs[-n:]
+    return calls.sql, calls.s3, {r.tags[TABLE_TAG]: r for r in tick.run_requests}, cfgs[-n:]
 
 
 def test_never_synced_tables_cost_no_statements_of_their_own(
     monkeypatch, mysql_db, second_schema, mysql_url, s3_resource
 ):
     """Issue 18: the first and newest rows of the tables with new rows are asked in one
-    UNION ALL per schema and key shape, not two probes per table; the requests are those
-    the per-table probes (source.first_row, last_row) give."""
+    UNION ALL per schema and key shape, not two probes per table, and a table with no
+    primary and no copy costs no S3 request (the copies are listed once for the fleet);
+    the requests are those the per-table probes (source.first_row, last_row) give."""
     from s3rs_assets.cursor import position_token
     from s3rs_assets.source import describe, first_row, last_row
 
     calls = Calls(monkeypatch)
     schemas = [mysql_db, second_schema]
-    few_sql, few, _ = never_synced_tick(calls, schemas, 2, mysql_url, s3_resource)
-    many_sql, many, cfgs = never_synced_tick(calls, schemas, 12, mysql_url, s3_resource)
+    few_sql, few_s3, few, _ = never_synced_tick(calls, schemas, 2, mysql_url, s3_resource)
+    many_sql, many_s3, many, cfgs = never_synced_tick(calls, schemas, 12, mysql_url, s3_resource)
     assert len(few) == 2 and len(many) == 12
     assert len(many_sql) == len(few_sql), (few_sql, many_sql)
+    # the synced tables' records, one LIST of the primaries and one of each kind of copy
+    assert many_s3 == few_s3 == Counter({"GetObject": len(schemas), "ListObjectsV2": 3})
     for cfg in cfgs:
         req = many[cfg.name]
         with _mysql_root(cfg.schema) as conn:

@@ -19,8 +19,11 @@ or running (tag `s3rs/table`) is not probed at all.
 A tick costs queries per schema, not per table (issue 18, `scan.py`): the catalog, the
 safety bound per distinct lag and the newest row below it per table in one UNION ALL
 per schema; a table with no row below the bound is done without reading its record;
-records are read by threads (unchanged ones kept by ETag between ticks), and the index
-probes above run only when the newest row lies past the first unread position.
+records are read by threads (unchanged ones kept by ETag between ticks; a table with no
+primary and no copy, the copies listed once per tick, is never synced without a search of
+its own), and the index probes above run only when the newest row lies past the first
+unread position, for every such table at once (`find_new_data_many`: one UNION ALL per
+schema and key shape for the first rows, one for the newest).
 """
 
 from __future__ import annotations
@@ -360,13 +363,18 @@ def scan_tables(
                 )
             )
     now = max((b.server_now for b in bounds.values()), default=None)
+    listed = primary_etags(store) if with_rows else {}
+    # the copies of the fleet in one listing per prefix: a table with no primary and no copy
+    # is never synced without a recovery search of its own (as the guard does)
+    unlisted = any(c.name not in listed for c, _, _ in with_rows)
     records = read_records(
         store,
         [c.name for c, _, _ in with_rows],
-        primary_etags(store) if with_rows else {},
+        listed,
         now=now,
         cache=_RECORDS,
         search_missing=True,
+        copies=store.tables_with_copies() if unlisted else None,
     )
     planned: dict[str, tuple[list[Probe], int]] = {}
     for cfg, _, bound in with_rows:
