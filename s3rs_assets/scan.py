@@ -25,7 +25,7 @@ Nothing here imports Dagster: `s3rs status` uses it from the CLI.
 from __future__ import annotations
 
 import threading
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import date, datetime
 from typing import Any
@@ -134,6 +134,7 @@ def read_records(
     direct: bool = False,
     disk: Pack | None = None,
     copies: set[str] | None = None,
+    parse: Callable[[str, bytes], WatermarkRecord] | None = None,
 ) -> dict[str, WatermarkRecord | None | WatermarkError]:
     """name -> its record, None (never synced) or the WatermarkError reading it raised.
 
@@ -146,7 +147,8 @@ def read_records(
     `s3rs status`) the primary itself is read, no recovery search: a missing one is None,
     an invalid one its error (restoring is the guard's job); `etags` None means no LIST was
     made and every primary is fetched. `disk` (a `body_cache.Pack`) answers a direct read
-    whose listed ETag is the MD5 of the body it holds, and keeps every body fetched."""
+    whose listed ETag is the MD5 of the body it holds, and keeps every body fetched; `parse`
+    (name, body) replaces the store's whole read of a direct read's body."""
 
     def fetch(name: str, etag: str | None) -> WatermarkRecord | None | WatermarkError:
         key = store.layout.watermark_primary(name)
@@ -159,7 +161,7 @@ def read_records(
             if disk is not None:
                 disk.put(key, got.etag, body)
         try:
-            return store._parse(name, body, now)
+            return parse(name, body) if parse is not None else store._parse(name, body, now)
         except WatermarkError as e:
             return e
 
