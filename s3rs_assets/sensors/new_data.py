@@ -66,7 +66,7 @@ from s3rs_assets.source import (
 )
 from s3rs_assets.source.probes import first_row_sql, last_row_sql
 from s3rs_assets.watermark import PartitionState, Position, WatermarkRecord, iso
-from s3rs_assets.watermark.store import WatermarkStore
+from s3rs_assets.watermark.store import S3_ERRORS, WatermarkStore
 
 #: Runs the sensor requests again for the same rows after a failed run, before it waits for
 #: new rows or a person (Dagster's retry policy already reran each step of those runs).
@@ -366,7 +366,12 @@ def scan_tables(
     listed = primary_etags(store) if with_rows else {}
     # the copies of the fleet in one listing per prefix: a table with no primary and no copy
     # is never synced without a recovery search of its own (as the guard does)
-    unlisted = any(c.name not in listed for c, _, _ in with_rows)
+    copies: set[str] | None = None  # None: every unlisted table searches on its own
+    if any(c.name not in listed for c, _, _ in with_rows):
+        try:
+            copies = store.tables_with_copies()
+        except S3_ERRORS:
+            copies = None
     records = read_records(
         store,
         [c.name for c, _, _ in with_rows],
@@ -374,7 +379,7 @@ def scan_tables(
         now=now,
         cache=_RECORDS,
         search_missing=True,
-        copies=store.tables_with_copies() if unlisted else None,
+        copies=copies,
     )
     planned: dict[str, tuple[list[Probe], int]] = {}
     for cfg, _, bound in with_rows:
