@@ -6,6 +6,8 @@ query or an S3 GET per table per look is minutes, not seconds (issue 18). So:
 * the catalog is read with two queries per schema (`source.describe_many`);
 * the newest cursor of every table is one UNION ALL query per schema (`newest_cursors`,
   chunked at CHUNK tables a statement), index-only when the cursor is indexed;
+* the sensor's first and newest row of the tables with new rows are one UNION ALL per
+  schema and key shape (`rows_at`), not two probes per table;
 * which tables have a primary watermark is one LIST (a page per 1,000 tables), so a
   missing record is "never synced" without a recovery search (`primary_etags`);
 * records are read by as many threads as the S3 client's connection pool holds
@@ -23,10 +25,12 @@ Nothing here imports Dagster: `s3rs status` uses it from the CLI.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import date, datetime
 from typing import Any
+
+import pymysql
 
 from s3rs_assets.body_cache import Pack
 from s3rs_assets.connections import S3_POOL
@@ -123,16 +127,22 @@ def read_records(
     search_missing: bool = False,
     direct: bool = False,
     disk: Pack | None = None,
+    copies: set[str] | None = None,
+    parse: Callable[[str, bytes], WatermarkRecord] | None = None,
 ) -> dict[str, WatermarkRecord | None | WatermarkError]:
     """name -> its record, None (never synced) or the WatermarkError reading it raised.
 
     Read by `threads(store.client)` threads. A table with no primary in `etags` is None
     without a read, unless `search_missing` (then the store's read-only recovery answers,
-    as a run would start from it). With `direct` (a one-off look: `s3rs status`) the
-    primary itself is read, no recovery search: a missing one is None, an invalid one its
-    error (restoring is the guard's job); `etags` None means no LIST was made and every
-    primary is fetched. `disk` (a `body_cache.Pack`) answers a direct read whose listed ETag is
-    the MD5 of the body it holds, and keeps every body fetched."""
+    as a run would start from it; with `copies`, the tables with a daily or session copy
+    listed once for the fleet (`store.tables_with_copies`), a table with neither a listed
+    primary nor a copy searches only the event log, the last recovery source, and is None
+    when that holds nothing: no S3 request of its own). With `direct` (a one-off look:
+    `s3rs status`) the primary itself is read, no recovery search: a missing one is None,
+    an invalid one its error (restoring is the guard's job); `etags` None means no LIST was
+    made and every primary is fetched. `disk` (a `body_cache.Pack`) answers a direct read
+    whose listed ETag is the MD5 of the body it holds, and keeps every body fetched; `parse`
+    (name, body) replaces the store's whole read of a direct read's body."""
 
     def fetch(name: str, etag: str | None) -> WatermarkRecord | None | WatermarkError:
         key = store.layout.watermark_primary(name)
@@ -145,7 +155,7 @@ def read_records(
             if disk is not None:
                 disk.put(key, got.etag, body)
         try:
-            return store._parse(name, body, now)
+            return parse(name, body) if parse is not None else store._parse(name, body, now)
         except WatermarkError as e:
             return e
 
@@ -154,6 +164,13 @@ def read_records(
             return fetch(name, None)
         etag = etags.get(name)
         if etag is None and not search_missing:
+            return None
+        if (
+            etag is None
+            and copies is not None
+            and name not in copies
+            and not _in_event_log(store, name)
+        ):
             return None
         if direct:
             return fetch(name, etag)
@@ -174,6 +191,17 @@ def read_records(
         return {}
     with ThreadPoolExecutor(max_workers=min(threads(store.client), len(todo))) as pool:
         return dict(zip(todo, pool.map(one, todo), strict=True))
+
+
+def _in_event_log(store: WatermarkStore, table: str) -> bool:
+    """Whether the store's event-log fallback may hold `table`'s record (an error: maybe)."""
+    fallback = store.event_log_fallback
+    if fallback is None:
+        return False
+    try:
+        return fallback(table) is not None
+    except Exception:  # noqa: BLE001 - the store's own search then says what fails
+        return True
 
 
 def rows_after(
@@ -200,3 +228,53 @@ def rows_after(
                 cur.execute(" UNION ALL ".join(parts))
                 found |= {chunk[int(i)][0] for i, e in cur.fetchall() if e}
     return found
+
+
+#: MySQL's "illegal mix of collations" errors: a UNION of text keys of other collations
+_COLLATION_MIX = (1267, 1270, 1271)
+
+
+def _shape(src: SourceTable) -> tuple[tuple[str, str | None], ...]:
+    """The exact types of the keyset's columns: statements of one shape UNION into columns
+    of those very types, so every value comes back as its own probe would return it."""
+    by_name = {c.name: c for c in src.columns}
+    return tuple(
+        (by_name[n].column_type, by_name[n].charset) if n in by_name else (n, None)
+        for n in src.keys.names
+    )
+
+
+def rows_at(
+    conn: Any, items: Sequence[tuple[Hashable, SourceTable, str]]
+) -> dict[Any, Position | None]:
+    """key -> the (cursor, pk) row its single-row keyset statement (`source.first_row_sql`,
+    `source.last_row_sql`) returns, None for none: the statements of one schema and key
+    shape (`_shape`) as one UNION ALL (per CHUNK), each a derived table keeping its own
+    ORDER BY ... LIMIT 1 (the same index probe). A UNION MySQL refuses for mixed collations
+    of text keys runs its statements one by one."""
+    groups: dict[tuple[str, Any], list[tuple[Hashable, SourceTable, str]]] = {}
+    for item in items:
+        groups.setdefault((item[1].schema, _shape(item[1])), []).append(item)
+    out: dict[Any, Position | None] = {key: None for key, _, _ in items}
+    with conn.cursor() as cur:
+        for group in groups.values():
+            for at in range(0, len(group), CHUNK):
+                chunk = group[at : at + CHUNK]
+                union = " UNION ALL ".join(
+                    f"SELECT {i} AS i, d.* FROM ({sql}) AS d" for i, (_, _, sql) in enumerate(chunk)
+                )
+                try:
+                    cur.execute(union)
+                    rows = [(chunk[int(r[0])][0], r[1:]) for r in cur.fetchall()]
+                except (pymysql.err.OperationalError, pymysql.err.InternalError) as e:
+                    if not e.args or e.args[0] not in _COLLATION_MIX:
+                        raise
+                    rows = []
+                    for key, _, sql in chunk:
+                        cur.execute(sql)
+                        row = cur.fetchone()
+                        if row is not None:
+                            rows.append((key, row))
+                for key, row in rows:
+                    out[key] = Position(c=row[0], pk=list(row[1:]))
+    return out

@@ -32,7 +32,7 @@ from s3rs_assets.connections import S3_POOL
 from s3rs_assets.errors import SourceSchemaError, WatermarkError
 from s3rs_assets.scan import newest_cursors, primary_etags, read_records
 from s3rs_assets.source import describe_many, server_now
-from s3rs_assets.watermark.record import WatermarkRecord
+from s3rs_assets.watermark.record import ArchiveSummary, WatermarkRecord, loaded_to
 from s3rs_assets.watermark.store import WatermarkStore
 
 #: how much more than its configured lag a table may be behind before it counts as behind
@@ -75,30 +75,33 @@ class TableStatus:
         return rank, -(self.lag_seconds or 0.0)
 
 
+def _summary(record: WatermarkRecord) -> ArchiveSummary | None:
+    """The summary of the archived partitions of a record read folded (`read_for_status`)."""
+    ref = record._archive
+    return ref.summary if record._folded and ref is not None else None
+
+
 def newest_loaded(record: WatermarkRecord) -> datetime | None:
     """The greatest cursor the warehouse holds according to the record: per partition the
     load mirror lists, its cursor when every file of it is loaded, else the greatest
-    `cursor_max` of its loaded files."""
-    best: datetime | None = None
-    for key, load in record.loaded_partitions.items():
-        part = record.partitions.get(key)
-        if part is None:
-            continue
-        loaded = set(load.files)
-        if part.cursor is not None and {f.key for f in part.files} <= loaded:
-            c: datetime | None = part.cursor.c
-        else:
-            c = max(
-                (f.cursor_max for f in part.files if f.key in loaded and f.cursor_max), default=None
-            )
-        if c is not None and (best is None or c > best):
-            best = c
-    return best
+    `cursor_max` of its loaded files (`record.loaded_to`); of a folded record's archived
+    partitions, their summary's."""
+    summary = _summary(record)
+    found = [summary.loaded_to] if summary is not None else []
+    found += [
+        loaded_to(record.partitions[key], load)
+        for key, load in record.loaded_partitions.items()
+        if key in record.partitions
+    ]
+    return max((c for c in found if c is not None), default=None)
 
 
 def _last_run(record: WatermarkRecord) -> tuple[str | None, datetime | None, str]:
-    parts = [p for p in record.partitions.values() if p.run_id]
-    run = max(parts, key=lambda p: p.updated_at).run_id if parts else None
+    # the archived partitions are the oldest: first, as in the whole record (ties: the first)
+    summary = _summary(record)
+    runs = [(summary.last_run_at, summary.last_run_id)] if summary and summary.last_run_at else []
+    runs += [(p.updated_at, p.run_id) for p in record.partitions.values() if p.run_id]
+    run = max(runs, key=lambda r: r[0])[1] if runs else None
     times = [t for t in (record.last_mysql_extraction_time, record.last_redshift_load_time) if t]
     return (
         run,
@@ -124,10 +127,9 @@ def table_status(
         return st
     st.last_run, st.last_run_at, st.last_result = _last_run(record)
     day_ago = now_utc - timedelta(days=1)
+    # a record read folded has no archived partition loaded since (`read_for_status`)
     st.rows_last_day = sum(
-        ld.rows
-        for ld in record.loaded_partitions.values()
-        if ld.loaded_at.replace(tzinfo=ld.loaded_at.tzinfo or UTC) >= day_ago
+        ld.rows for ld in record.loaded_partitions.values() if _aware(ld.loaded_at) >= day_ago
     )
     st.newest_loaded = newest_loaded(record)
     if newest is not None:
@@ -142,6 +144,29 @@ def table_status(
         st.state = "failed"
         st.needs = f"last run failed: {record.last_error or 'no error recorded'}"[:300]
     return st
+
+
+def _aware(ts: datetime) -> datetime:
+    return ts.replace(tzinfo=ts.tzinfo or UTC)
+
+
+def read_for_status(
+    store: WatermarkStore, table: str, body: bytes, now_utc: datetime
+) -> WatermarkRecord:
+    """The record a primary's body holds, for `s3rs status`: a long record's archive
+    (`watermark/archive.py`) is not read when its reference's summary answers what status
+    shows, i.e. when no archived partition was loaded in the last day (the record is then
+    checked as stored, `check(folded=True)`: its kept partitions, the reference's totals
+    for the rest; the archive's own integrity is checked by every run and the guard).
+    Otherwise, or for a reference written before summaries, the whole record, as any read."""
+    rec = WatermarkRecord.from_json(body, table_name=table)
+    summary = _summary(rec)
+    day_ago = now_utc - timedelta(days=1)
+    if summary is None or (
+        summary.last_loaded_at is not None and _aware(summary.last_loaded_at) >= day_ago
+    ):
+        return store._parse(table, body, None)
+    return rec.check(table_name=table, folded=True)
 
 
 def fleet_status(
@@ -177,7 +202,14 @@ def fleet_status(
     arcs = cache.archives(store.bucket, store.layout.watermarks()) if cache else None
     if arcs is not None:
         warm_archives(arcs)
-    records = read_records(store, [cfg.name for cfg, _ in live], etags, direct=True, disk=disk)
+    records = read_records(
+        store,
+        [cfg.name for cfg, _ in live],
+        etags,
+        direct=True,
+        disk=disk,
+        parse=lambda name, body: read_for_status(store, name, body, now_utc),
+    )
     if arcs is not None:
         save_archives(arcs, records.values())
     if disk is not None and etags is not None:

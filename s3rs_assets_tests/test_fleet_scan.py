@@ -19,6 +19,7 @@ import pytest
 
 from s3rs_assets.io_manager import store_for
 from s3rs_assets.names import NEW_DATA, TABLE_TAG, WATERMARK_GUARD, asset_key
+from s3rs_assets.watermark import Position
 from s3rs_assets_tests.conftest import _mysql_root
 from s3rs_assets_tests.helpers import insert_rows, make_ties_table, table_cfg, ties
 from s3rs_assets_tests.test_sensors import Sensors, res_for, restoring_tick, write_record
@@ -176,3 +177,54 @@ def test_guard_reads_every_record_once(
         message, _ = restoring_tick(s, asset_key(broken, "s3_parquet"))
         assert f"RECOVERED {broken.name}" in message and "19 valid" in message
         assert store.read(broken.name, fresh=True) is not None
+
+
+def never_synced_tick(calls: Calls, schemas, n: int, mysql_url, s3_resource):
+    """A tick over `n` never-synced tables with rows (and one synced, quiet table per
+    schema): its MySQL statements, and the run requests by table."""
+    store = store_for(s3_resource)
+    cfgs = make_fleet(schemas, len(schemas), store)  # synced and quiet, plus the empty ones
+    tag = uuid.uuid4().hex[:4]
+    for i in range(n):
+        schema = schemas[i % len(schemas)]
+        with _mysql_root(schema) as conn:
+            name = f"nv_{tag}_{i}"
+            # the rows of table i: two on 2025-03-04 (a tie), the newest on 2025-03-05
+            make_ties_table(
+                conn, name, ties(2, D, 1) + [(40 + i, D + timedelta(days=1, hours=i % 5))]
+            )
+        cfgs.append(table_cfg(schema, name, start="2025-03-04"))
+    with dg.instance_for_test() as instance:
+        s = Sensors(cfgs, instance, res_for(mysql_url, s3_resource))
+        tick = calls.run(lambda: s.tick(NEW_DATA))
+    return calls.sql, calls.s3, {r.tags[TABLE_TAG]: r for r in tick.run_requests}, cfgs[-n:]
+
+
+def test_never_synced_tables_cost_no_statements_of_their_own(
+    monkeypatch, mysql_db, second_schema, mysql_url, s3_resource
+):
+    """Issue 18: the first and newest rows of the tables with new rows are asked in one
+    UNION ALL per schema and key shape, not two probes per table, and a table with no
+    primary and no copy costs no S3 request (the copies are listed once for the fleet);
+    the requests are those the per-table probes (source.first_row, last_row) give."""
+    from s3rs_assets.cursor import position_token
+    from s3rs_assets.source import describe, first_row, last_row
+
+    calls = Calls(monkeypatch)
+    schemas = [mysql_db, second_schema]
+    few_sql, few_s3, few, _ = never_synced_tick(calls, schemas, 2, mysql_url, s3_resource)
+    many_sql, many_s3, many, cfgs = never_synced_tick(calls, schemas, 12, mysql_url, s3_resource)
+    assert len(few) == 2 and len(many) == 12
+    assert len(many_sql) == len(few_sql), (few_sql, many_sql)
+    # the synced tables' records, one LIST of the primaries and one of each kind of copy
+    assert many_s3 == few_s3 == Counter({"GetObject": len(schemas), "ListObjectsV2": 3})
+    for cfg in cfgs:
+        req = many[cfg.name]
+        with _mysql_root(cfg.schema) as conn:
+            src = describe(conn, cfg)
+            upper = datetime(2100, 1, 1)
+            first = first_row(conn, src, Position(c=D, pk=None), upper)
+            newest = last_row(conn, src, first.c, upper)
+        assert first is not None and newest is not None
+        assert position_token(first) in req.run_key and position_token(newest) in req.run_key
+        assert req.run_key.startswith(f"{cfg.name}:2025-03-04..2025-03-05:")

@@ -381,3 +381,74 @@ def test_cleanup_deletes_old_archives_no_kept_record_references(store, s3_resour
     # within the cutoff an unreferenced archive stays: its record may not be written yet
     s3_client.put_object(Bucket=bucket, Key=orphan, Body=b"{}")
     assert store.cleanup_copies(7).archives == []
+
+
+OLD = datetime(2020, 1, 1)
+
+
+def loaded_long_ago(rec: WatermarkRecord) -> None:
+    for load in rec.loaded_partitions.values():
+        load.loaded_at = OLD
+
+
+def test_status_reads_no_archive_when_the_summary_answers(store, s3_resource, s3_client, bucket):
+    """`s3rs status` (issue 18): a folded record whose archived partitions were loaded more
+    than a day ago is shown from its reference's summary, without the archive GET, and
+    shows what the whole record shows; one loaded within the day, or a reference written
+    before summaries, is read whole."""
+    from datetime import UTC
+
+    from s3rs_assets.config import TableConfig
+    from s3rs_assets.status import read_for_status, table_status
+
+    cfg = TableConfig.from_dict({"name": T, "start": "2006-01-01"})
+    now = datetime.now(UTC)
+    newest = START + timedelta(days=100 * 80)
+
+    def look(body: bytes) -> tuple[dict, int]:
+        archive.forget_cache()
+        reader = store_for(s3_resource, "status")
+        gets = Count(reader.client, "GetObject", "/watermarks/archives/")
+        rec = read_for_status(reader, T, body, now)
+        return table_status(cfg, newest, rec, now).as_json(), gets.n
+
+    def whole() -> dict:
+        archive.forget_cache()
+        rec = store_for(s3_resource, "whole").read(T, fresh=True)
+        assert rec is not None and len(rec.partitions) == 45
+        return table_status(cfg, newest, rec, now).as_json()
+
+    def primary() -> bytes:
+        key = LAYOUT.watermark_primary(T)
+        return s3_client.get_object(Bucket=bucket, Key=key)["Body"].read()
+
+    store.update(T, add_days(0, 40))
+    store.update(T, add_days(40, 45, loaded=False))  # the newest partitions not loaded yet
+    ref = stored(s3_client, bucket)["archive"]
+    assert ref["summary"]["last_run_id"] == RUN and ref["summary"]["loaded_to"] is not None
+    # loaded within the day: rows_last_day needs the archived loads
+    recent, gets = look(primary())
+    assert gets == 1 and recent == whole() and recent["rows_last_day"] == 40 * 13
+
+    store.update(T, loaded_long_ago)
+    body = primary()
+    assert json.loads(body)["archive"]["summary"]["last_loaded_at"] == OLD.isoformat()
+    old, gets = look(body)
+    assert gets == 0 and old == whole()
+    assert old["rows_last_day"] == 0 and old["newest_loaded"] == whole()["newest_loaded"]
+
+    # a reference written before summaries: the archive is read, as by any reader
+    doc = json.loads(body)
+    del doc["archive"]["summary"]
+    unsummarized, gets = look(json.dumps(doc, separators=(",", ":")).encode())
+    assert gets == 1 and unsummarized == old
+
+    # a summary the archive does not bear out is refused when the archive is read
+    doc = json.loads(body)
+    doc["archive"]["summary"]["loaded_to"] = "2030-01-01T00:00:00"
+    s3_client.put_object(
+        Bucket=bucket, Key=LAYOUT.watermark_primary(T), Body=json.dumps(doc).encode()
+    )
+    archive.forget_cache()
+    with pytest.raises(WatermarkError, match="does not hold what the record says"):
+        store_for(s3_resource, "tampered").read(T, fresh=True)

@@ -19,8 +19,11 @@ or running (tag `s3rs/table`) is not probed at all.
 A tick costs queries per schema, not per table (issue 18, `scan.py`): the catalog, the
 safety bound per distinct lag and the newest row below it per table in one UNION ALL
 per schema; a table with no row below the bound is done without reading its record;
-records are read by threads (unchanged ones kept by ETag between ticks), and the index
-probes above run only when the newest row lies past the first unread position.
+records are read by threads (unchanged ones kept by ETag between ticks; a table with no
+primary and no copy, the copies listed once per tick, is never synced without a search of
+its own), and the index probes above run only when the newest row lies past the first
+unread position, for every such table at once (`find_new_data_many`: one UNION ALL per
+schema and key shape for the first rows, one for the newest).
 """
 
 from __future__ import annotations
@@ -52,18 +55,18 @@ from s3rs_assets.scan import (
     primary_etags,
     read_records,
     rows_after,
+    rows_at,
 )
 from s3rs_assets.sensors.common import IN_FLIGHT, clip, partition_request
 from s3rs_assets.source import (
     SafetyBound,
     SourceTable,
     describe_many,
-    first_row,
-    last_row,
     safety_bound,
 )
+from s3rs_assets.source.probes import first_row_sql, last_row_sql
 from s3rs_assets.watermark import PartitionState, Position, WatermarkRecord, iso
-from s3rs_assets.watermark.store import WatermarkStore
+from s3rs_assets.watermark.store import S3_ERRORS, WatermarkStore
 
 #: Runs the sensor requests again for the same rows after a failed run, before it waits for
 #: new rows or a person (Dagster's retry policy already reran each step of those runs).
@@ -164,40 +167,81 @@ def _probes(
     return probes, complete
 
 
-def find_new_data(
-    conn: Any,
+def _planned(
     cfg: TableConfig,
-    src: SourceTable,
     record: WatermarkRecord | None,
-    bound: SafetyBound,
+    row: Position,
+    newest: Position,
+    done: list[Probe],
+    complete: int,
 ) -> ProbeResult:
-    """Probe MySQL for rows past `record` below `bound.upper`; plan the sync if any."""
-    probes, complete = _probes(cfg, record, bound.upper)
-    done: list[Probe] = []
-    for probe in probes:
-        done.append(probe)
-        row = first_row(conn, src, probe.start, probe.end)
-        if row is None:
-            continue
-        pdef = partitions_def(cfg)
-        last = pdef.get_last_partition_key() or ""
-        # The MySQL clock may run ahead of this host's: no partition past the last one.
-        first_key = min(key_for(pdef, row.c) or last, last)
-        newest = last_row(conn, src, row.c, bound.upper) or row
-        last_key = min(key_for(pdef, newest.c) or last, last)
-        span = pdef.get_partition_keys_in_range(dg.PartitionKeyRange(first_key, last_key))
-        ranges: list[list[str]] = []
-        run: list[str] = []
-        for k, start, end in windows(pdef, list(span)):
-            if record is None or not record.is_complete(k, start, end):
-                run.append(k)
-            elif run:
-                ranges.append(run)
-                run = []
-        if run:
+    """The sync for new rows from `row` (the first row of the first probe in `done`'s order
+    that holds one) to `newest` (the newest row below the bound)."""
+    pdef = partitions_def(cfg)
+    last = pdef.get_last_partition_key() or ""
+    # The MySQL clock may run ahead of this host's: no partition past the last one.
+    first_key = min(key_for(pdef, row.c) or last, last)
+    last_key = min(key_for(pdef, newest.c) or last, last)
+    span = pdef.get_partition_keys_in_range(dg.PartitionKeyRange(first_key, last_key))
+    ranges: list[list[str]] = []
+    run: list[str] = []
+    for k, start, end in windows(pdef, list(span)):
+        if record is None or not record.is_complete(k, start, end):
+            run.append(k)
+        elif run:
             ranges.append(run)
-        return ProbeResult(NewData(cfg.name, row, newest, ranges, len(done)), done, complete)
-    return ProbeResult(None, done, complete)
+            run = []
+    if run:
+        ranges.append(run)
+    return ProbeResult(NewData(cfg.name, row, newest, ranges, len(done)), done, complete)
+
+
+def find_new_data_many(
+    conn: Any,
+    items: Sequence[
+        tuple[TableConfig, SourceTable, WatermarkRecord | None, SafetyBound, list[Probe], int]
+    ],
+) -> dict[str, ProbeResult]:
+    """Probe MySQL for rows past each table's record below its bound, its regions planned
+    (`_probes`), and plan the syncs: the first row of every region, then the newest row of
+    every table that has one, each step one UNION ALL per schema and key shape
+    (`scan.rows_at`; `source.first_row` and `last_row` are the same statements alone), not
+    two statements per table. A table's first row is the one of its first region (in
+    `_probes`' order) that holds one, its newest row the greatest at or after it below the
+    bound."""
+    firsts = rows_at(
+        conn,
+        [
+            ((cfg.name, i), src, first_row_sql(src, p.start, p.end))
+            for cfg, src, _, _, probes, _ in items
+            for i, p in enumerate(probes)
+        ],
+    )
+    found: dict[str, tuple[Position, int]] = {}
+    for cfg, _, _, _, probes, _ in items:
+        for i in range(len(probes)):
+            row = firsts[(cfg.name, i)]
+            if row is not None:
+                found[cfg.name] = (row, i + 1)
+                break
+    newest = rows_at(
+        conn,
+        [
+            (cfg.name, src, last_row_sql(src, found[cfg.name][0].c, bound.upper))
+            for cfg, src, _, bound, _, _ in items
+            if cfg.name in found
+        ],
+    )
+    out: dict[str, ProbeResult] = {}
+    for cfg, _, record, _, probes, complete in items:
+        if cfg.name not in found:
+            out[cfg.name] = ProbeResult(None, probes, complete)
+            continue
+        row, n = found[cfg.name]
+        out[cfg.name] = _planned(
+            cfg, record, row, newest.get(cfg.name) or row, probes[:n], complete
+        )
+    return out
 
 
 def _in_flight(
@@ -319,13 +363,23 @@ def scan_tables(
                 )
             )
     now = max((b.server_now for b in bounds.values()), default=None)
+    listed = primary_etags(store) if with_rows else {}
+    # the copies of the fleet in one listing per prefix: a table with no primary and no copy
+    # is never synced without a recovery search of its own (as the guard does)
+    copies: set[str] | None = None  # None: every unlisted table searches on its own
+    if any(c.name not in listed for c, _, _ in with_rows):
+        try:
+            copies = store.tables_with_copies()
+        except S3_ERRORS:
+            copies = None
     records = read_records(
         store,
         [c.name for c, _, _ in with_rows],
-        primary_etags(store) if with_rows else {},
+        listed,
         now=now,
         cache=_RECORDS,
         search_missing=True,
+        copies=copies,
     )
     planned: dict[str, tuple[list[Probe], int]] = {}
     for cfg, _, bound in with_rows:
@@ -340,6 +394,14 @@ def scan_tables(
             if c.name in planned and _may_have_rows(planned[c.name][0], newest[c.name])
         ],
     )
+    probed = find_new_data_many(
+        conn,
+        [
+            (cfg, src, records[cfg.name], bound, *planned[cfg.name])
+            for cfg, src, bound in with_rows
+            if cfg.name in has_rows
+        ],
+    )
     for cfg, src, bound in with_rows:
         record = records[cfg.name]
         try:
@@ -347,7 +409,7 @@ def scan_tables(
                 raise record
             probes, complete = planned[cfg.name]
             if cfg.name in has_rows:
-                reqs, line = _check_table(conn, cfg, src, bound, record, instance)
+                reqs, line = _check_table(cfg, src, bound, probed[cfg.name], instance)
             else:
                 reqs, line = (
                     [],
@@ -375,15 +437,13 @@ def _where(bound: SafetyBound) -> str:
 
 
 def _check_table(
-    conn: Any,
     cfg: TableConfig,
     src: SourceTable,
     bound: SafetyBound,
-    record: WatermarkRecord | None,
+    result: ProbeResult,
     instance: dg.DagsterInstance,
 ) -> tuple[list[dg.RunRequest], str]:
     where = _where(bound)
-    result = find_new_data(conn, cfg, src, record, bound)
     probed = f"{len(result.probes)} index probe(s), {result.complete} complete partition(s) skipped"
     if not src.cursor_indexed:
         probed += f"; cursor column {src.cursor} has no index, probes scan"

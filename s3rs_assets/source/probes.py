@@ -44,8 +44,10 @@ def source_counts(
         )
         null, zero, before = (int(v or 0) for v in cur.fetchone())
         if start < bound.upper:
-            cur.execute(f"SELECT COUNT(*) FROM {src.qualified} WHERE "
-                        f"{zero_in_date_ranges(c, start, bound.upper)}")
+            cur.execute(
+                f"SELECT COUNT(*) FROM {src.qualified} WHERE "
+                f"{zero_in_date_ranges(c, start, bound.upper)}"
+            )
             zero += int(cur.fetchone()[0] or 0)
         now = literal(bound.server_now)
         cur.execute(
@@ -67,19 +69,32 @@ def source_counts(
     )
 
 
+def first_row_sql(src: SourceTable, start: Position, upper: datetime) -> str:
+    """The statement of `first_row` (also run batched: `scan.rows_at`)."""
+    keys = src.keys
+    return (
+        f"SELECT {', '.join(keys.quoted)} FROM {src.qualified} WHERE {after(start, keys)} "
+        f"AND {below(upper, keys)} ORDER BY {keys.order_by} LIMIT 1"
+    )
+
+
+def last_row_sql(src: SourceTable, since: datetime, upper: datetime) -> str:
+    """The statement of `last_row` (also run batched: `scan.rows_at`)."""
+    keys = src.keys
+    desc = ", ".join(f"{q} DESC" for q in keys.quoted)
+    return (
+        f"SELECT {', '.join(keys.quoted)} FROM {src.qualified} WHERE {mysql_quote(src.cursor)} "
+        f">= {literal(since)} AND {below(upper, keys)} ORDER BY {desc} LIMIT 1"
+    )
+
+
 def first_row(
     conn: pymysql.connections.Connection, src: SourceTable, start: Position, upper: datetime
 ) -> Position | None:
     """The smallest (cursor, pk) after `start` and below `upper`: one index-only probe, so a
     run jumps over any stretch of empty partitions at the cost of one query."""
-    keys = src.keys
-    cols = ", ".join(keys.quoted)
-    sql = (
-        f"SELECT {cols} FROM {src.qualified} WHERE {after(start, keys)} "
-        f"AND {below(upper, keys)} ORDER BY {keys.order_by} LIMIT 1"
-    )
     with conn.cursor() as cur:
-        cur.execute(sql)
+        cur.execute(first_row_sql(src, start, upper))
         row = cur.fetchone()
     return None if row is None else Position(c=row[0], pk=list(row[1:]))
 
@@ -88,15 +103,8 @@ def last_row(
     conn: pymysql.connections.Connection, src: SourceTable, since: datetime, upper: datetime
 ) -> Position | None:
     """The greatest (cursor, pk) at or after `since` and below `upper` (one index probe)."""
-    keys = src.keys
-    cols = ", ".join(keys.quoted)
-    desc = ", ".join(f"{q} DESC" for q in keys.quoted)
-    sql = (
-        f"SELECT {cols} FROM {src.qualified} WHERE {mysql_quote(src.cursor)} >= "
-        f"{literal(since)} AND {below(upper, keys)} ORDER BY {desc} LIMIT 1"
-    )
     with conn.cursor() as cur:
-        cur.execute(sql)
+        cur.execute(last_row_sql(src, since, upper))
         row = cur.fetchone()
     return None if row is None else Position(c=row[0], pk=list(row[1:]))
 

@@ -14,7 +14,8 @@ does:
   (so a growing table does not rewrite its archive at each checkpoint); the partitions the
   replaced record had archived stay archived while they are unchanged. The newest partition
   always stays. The record keeps an `archive` reference (`ArchiveRef`: key, sha256, the
-  partition keys, and what they add to the totals), and its table-level fields stay the
+  partition keys, what they add to the totals, and the summary `s3rs status` needs of
+  them: `ArchiveSummary`), and its table-level fields stay the
   whole table's (`mysql_rows_extracted`, `s3_file_count`, `redshift_rows_loaded`), except
   `processed_s3_files`, which in the stored JSON lists the loaded files of the partitions
   kept in the record: the archived ones' are in the archive object.
@@ -55,6 +56,7 @@ from s3rs_assets.errors import ConfigError, WatermarkError
 from s3rs_assets.layout import Layout
 from s3rs_assets.watermark.record import (
     ArchiveRef,
+    ArchiveSummary,
     LoadState,
     PartitionState,
     WatermarkRecord,
@@ -176,6 +178,10 @@ def _build(
         bytes=sum(f.bytes for f in files),
         loaded_files=sum(len(record.loaded_partitions[k].files) for k in moved_set),
         loaded_rows=sum(record.loaded_partitions[k].rows for k in moved_set),
+        summary=ArchiveSummary.of(
+            {k: record.partitions[k] for k in sorted(moved_set)},
+            {k: record.loaded_partitions[k] for k in sorted(moved_set)},
+        ),
     )
     stored = dict(doc)
     stored["partitions"] = {k: v for k, v in doc["partitions"].items() if k not in moved_set}
@@ -277,7 +283,8 @@ def expand(record: WatermarkRecord, load: Callable[[str], bytes | None]) -> Wate
         ref.loaded_files,
         ref.loaded_rows,
     )
-    if found != want:
+    summary = ref.summary
+    if found != want or (summary is not None and ArchiveSummary.of(parts, loads) != summary):
         raise WatermarkError(f"{who} does not hold what the record says it does")
     both = set(parts) & (set(record.partitions) | set(record.loaded_partitions))
     if both:

@@ -205,12 +205,48 @@ class BackupMetadata(_Model):
     recovered_from: str | None = None
 
 
+def loaded_to(part: PartitionState, load: LoadState) -> datetime | None:
+    """The greatest cursor the warehouse holds of one partition according to its load
+    mirror: its cursor when every file of it is loaded, else the greatest `cursor_max` of
+    its loaded files (`s3rs status`'s newest loaded cursor is the greatest of these)."""
+    loaded = set(load.files)
+    if part.cursor is not None and {f.key for f in part.files} <= loaded:
+        return part.cursor.c
+    return max((f.cursor_max for f in part.files if f.key in loaded and f.cursor_max), default=None)
+
+
+class ArchiveSummary(_Model):
+    """What `s3rs status` needs of a record's archived partitions, kept in its reference so
+    a look over the fleet reads no archive (`status.py`): the greatest cursor loaded among
+    them, the newest-updated one's run, the latest load time. `expand` checks it against
+    the archive's content."""
+
+    loaded_to: datetime | None = None
+    last_run_id: str | None = None
+    last_run_at: datetime | None = None
+    last_loaded_at: datetime | None = None
+
+    @classmethod
+    def of(cls, parts: dict[str, PartitionState], loads: dict[str, LoadState]) -> ArchiveSummary:
+        """The summary of partitions `parts` and their load mirror `loads`."""
+        cursors = [loaded_to(parts[k], ld) for k, ld in loads.items() if k in parts]
+        runs = [p for p in parts.values() if p.run_id]
+        run = max(runs, key=lambda p: p.updated_at) if runs else None
+        return cls(
+            loaded_to=max((c for c in cursors if c is not None), default=None),
+            last_run_id=run.run_id if run else None,
+            last_run_at=run.updated_at if run else None,
+            last_loaded_at=max((ld.loaded_at for ld in loads.values()), default=None),
+        )
+
+
 class ArchiveRef(_Model):
     """In a stored record only: where the detail of its folded partitions is (`archive.py`).
 
     `key` is the immutable archive object, `sha256` its content's digest; the totals are
     what those partitions add to the record's (so a reader of the raw JSON sees the whole
-    table's counts, and expansion proves it got the right archive)."""
+    table's counts, and expansion proves it got the right archive). `summary` (absent in
+    references written before it) is what `s3rs status` needs of them."""
 
     key: str
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
@@ -220,6 +256,7 @@ class ArchiveRef(_Model):
     bytes: NonNegativeInt
     loaded_files: NonNegativeInt
     loaded_rows: NonNegativeInt
+    summary: ArchiveSummary | None = None
 
 
 class WatermarkRecord(_Model):
@@ -397,7 +434,7 @@ class WatermarkRecord(_Model):
         return rec
 
     def check(
-        self, *, table_name: str | None = None, now: datetime | None = None
+        self, *, table_name: str | None = None, now: datetime | None = None, folded: bool = False
     ) -> WatermarkRecord:
         """Semantic validation the store runs on every read and before every write.
 
@@ -406,7 +443,9 @@ class WatermarkRecord(_Model):
         differ from what the partition manifests sum to; a partition window ends before it
         starts; or,
         given the source clock `now` (naive, source time zone), a cursor is later than
-        `now + FUTURE_TOLERANCE`. Returns self.
+        `now + FUTURE_TOLERANCE`. Returns self. A folded record (its archive not read) is
+        refused unless `folded`: then what it holds is checked, its archive reference's
+        totals standing for the archived partitions (`s3rs status`, which reads no archive).
         Long on purpose: every validation of a record in one place, so reading and writing apply
         the same rules.
         """
@@ -415,10 +454,11 @@ class WatermarkRecord(_Model):
             raise WatermarkError(
                 f"watermark belongs to table {self.table_name!r}, expected {table_name!r}"
             )
-        if self._folded and self._archive is not None:
+        ref = self._archive if self._folded else None
+        if ref is not None and not folded:
             raise WatermarkError(
-                f"{who}: {len(self._archive.partitions)} partition(s) are in the archive "
-                f"{self._archive.key}, not read (the store expands a record before using it)"
+                f"{who}: {len(ref.partitions)} partition(s) are in the archive "
+                f"{ref.key}, not read (the store expands a record before using it)"
             )
         if self.schema_version != SCHEMA_VERSION:
             raise WatermarkError(
@@ -445,6 +485,8 @@ class WatermarkRecord(_Model):
             last_end = r.end
         # Summed in place: a deep copy of a long history costs more than the write itself.
         files, rows = self._manifest_totals()
+        if ref is not None:
+            files, rows = files + ref.files, rows + ref.rows
         for name, actual in (("s3_file_count", files), ("mysql_rows_extracted", rows)):
             stored = getattr(self, name)
             if stored != actual:
