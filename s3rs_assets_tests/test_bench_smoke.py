@@ -1,8 +1,10 @@
 """The benchmark suites run end to end at a tiny size and print the figures they promise.
 
-Each suite runs as `python -m benchmarks.run --suite X` in a subprocess with this test's
-interpreter (the shared .venv: no dlt, no reladiff), in a throwaway MySQL schema and
-PostgreSQL database (S3RS_BENCH_SCHEMA) and with its own moto server, and writes --json.
+Every suite runs in ONE `python -m benchmarks.run --suite core,decimal,...` subprocess (as
+`make bench ARGS="--suite all"` runs them: one moto server, one Dagster home, one process's
+imports, instead of seven), with this test's interpreter (the shared .venv: no dlt, no
+reladiff), in a throwaway MySQL schema and PostgreSQL database (S3RS_BENCH_SCHEMA), and
+writes --json; each test below checks its suite's part of that one document.
 The dlt and reladiff lines are checked when those packages are importable (.venv-bench)
 and otherwise must be replaced by a note that says how to get them.
 """
@@ -41,7 +43,7 @@ ARGS = {
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def bench_schema() -> Iterator[str]:
     """A throwaway schema name; its MySQL schema (and the fleet suite's `<name>_fleet<i>`)
     and PostgreSQL database are dropped after."""
@@ -54,19 +56,28 @@ def bench_schema() -> Iterator[str]:
         c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def run_suite(suite: str, schema: str, tmp_path: Path) -> tuple[dict[str, Any], str]:
-    out = tmp_path / f"{suite}.json"
-    env = dict(os.environ, S3RS_BENCH_SCHEMA=schema, PYTHONPATH=str(REPO),
+@pytest.fixture(scope="module")
+def bench_run(bench_schema: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str]:
+    """Every suite, once, in one subprocess: the suites' documents by name, and its stdout."""
+    out = tmp_path_factory.mktemp("bench") / "bench.json"
+    env = dict(os.environ, S3RS_BENCH_SCHEMA=bench_schema, PYTHONPATH=str(REPO),
                PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
     env.pop("AWS_ENDPOINT_URL_S3", None)  # the benchmark starts its own moto server
     env.pop("DAGSTER_HOME", None)
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.run", "--suite", suite, *TINY, *ARGS[suite],
-         "--json", str(out)],
+        [sys.executable, "-m", "benchmarks.run", "--suite", ",".join(ARGS), *TINY,
+         *(a for args in ARGS.values() for a in args), "--json", str(out)],
         cwd=REPO, env=env, capture_output=True, text=True,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return json.loads(out.read_text())["suites"][suite], proc.stdout
+    return json.loads(out.read_text())["suites"], proc.stdout
+
+
+@pytest.fixture
+def run_suite(bench_run: tuple[dict, str]) -> Any:
+    """`run_suite(name)`: that suite's document and the run's stdout."""
+    docs, stdout = bench_run
+    return lambda suite: (docs[suite], stdout)
 
 
 def rate(doc: dict[str, Any], key: str) -> float:
@@ -84,8 +95,8 @@ def optional_tool(doc: dict[str, Any], module: str, line_key: str) -> None:
         assert any(f"{module} is not installed" in n and "venv.sh" in n for n in doc["notes"])
 
 
-def test_core(bench_schema: str, tmp_path: Path) -> None:
-    doc, stdout = run_suite("core", bench_schema, tmp_path)
+def test_core(run_suite: Any) -> None:
+    doc, stdout = run_suite("core")
     for key in ("extract_floor", "backup", "load_floor", "load_baseline", "load", "e2e"):
         assert rate(doc, key) > 0
     assert doc["backup"]["rows"] == 1200
@@ -94,8 +105,8 @@ def test_core(bench_schema: str, tmp_path: Path) -> None:
     assert "uptime at start" in stdout and "load average" in stdout
 
 
-def test_decimal(bench_schema: str, tmp_path: Path) -> None:
-    doc, stdout = run_suite("decimal", bench_schema, tmp_path)
+def test_decimal(run_suite: Any) -> None:
+    doc, stdout = run_suite("decimal")
     for key in ("floor", "sync_fresh", "backup", "load", "copy", "stages", "increment"):
         assert rate(doc, key) > 0
     assert doc["backup"]["rows"] == 1200 and doc["load"]["rows_in_target"] == 1200
@@ -107,8 +118,8 @@ def test_decimal(bench_schema: str, tmp_path: Path) -> None:
     assert "load stage vs psycopg COPY" in stdout and "increment:" in stdout
 
 
-def test_shape(bench_schema: str, tmp_path: Path) -> None:
-    doc, stdout = run_suite("shape", bench_schema, tmp_path)
+def test_shape(run_suite: Any) -> None:
+    doc, stdout = run_suite("shape")
     assert not doc["notes"], doc["notes"]  # nothing killed at the timeout
     syncs = doc["syncs"]
     assert set(syncs) == {"hist_first", "small_first", "big_first", "hist_second",
@@ -122,8 +133,8 @@ def test_shape(bench_schema: str, tmp_path: Path) -> None:
     assert "record bytes" in stdout and "long history record:" in stdout
 
 
-def test_reconcile(bench_schema: str, tmp_path: Path) -> None:
-    doc, stdout = run_suite("reconcile", bench_schema, tmp_path)
+def test_reconcile(run_suite: Any) -> None:
+    doc, stdout = run_suite("reconcile")
     assert doc["identical"]["s3rs_key"]["total"] == 0
     assert doc["identical"]["s3rs_all"]["total"] == 0
     assert doc["injected"] == {"deleted": 4, "edited": 3, "inserted": 2, "moved_back": 1}
@@ -135,8 +146,8 @@ def test_reconcile(bench_schema: str, tmp_path: Path) -> None:
     assert "s3rs --columns all: found" in stdout
 
 
-def test_fleet_scan(bench_schema: str, tmp_path: Path) -> None:
-    doc, stdout = run_suite("fleet_scan", bench_schema, tmp_path)
+def test_fleet_scan(run_suite: Any) -> None:
+    doc, stdout = run_suite("fleet_scan")
     assert {ln["key"] for ln in doc["lines"]} == {
         "new_data_cold", "new_data_warm", "guard_cold", "guard",
         "status", "status_warm", "status_one_changed"}
@@ -153,8 +164,8 @@ def test_fleet_scan(bench_schema: str, tmp_path: Path) -> None:
     assert "s3rs status, cold:" in stdout and "s3rs status, warm:" in stdout
 
 
-def test_fleet(bench_schema: str, tmp_path: Path) -> None:
-    doc, stdout = run_suite("fleet", bench_schema, tmp_path)
+def test_fleet(run_suite: Any) -> None:
+    doc, stdout = run_suite("fleet")
     lines = {ln["key"]: ln for ln in doc["lines"]}
     assert set(lines) == {"defs_10", "startup_10", "startup_20", "real_first",
                           "real_unchanged"}
@@ -164,10 +175,10 @@ def test_fleet(bench_schema: str, tmp_path: Path) -> None:
     assert "sync --all --parallel 2 (unchanged)" in stdout
 
 
-def test_small(bench_schema: str, tmp_path: Path) -> None:
+def test_small(run_suite: Any) -> None:
     """Issue 19's figures: every command's start-up, an unchanged sync and an increment
     attached to the suite's own Spark Connect server, against their targets."""
-    doc, stdout = run_suite("small", bench_schema, tmp_path)
+    doc, stdout = run_suite("small")
     (tree,) = doc["figures"]
     figures = doc["figures"][tree]
     assert set(figures) == {
