@@ -7,11 +7,7 @@ Under the configured prefix (`S3RS_S3_PREFIX`, default `s3rs`):
     manifests/<schema>/<target table>/<partition>/<digest>.json       Redshift COPY manifests
     watermarks/tables/<schema.table>.json                             primary watermark
     watermarks/backups/daily/<schema.table>_<YYYYMMDD>.json           daily backup (UTC date)
-    watermarks/backups/sessions-by-table/<schema.table>/<session id>.json
-                                                                      session backup (run id)
-    watermarks/backups/sessions/<session id>/<schema.table>.json      session backup of an
-                                                                      older s3rs (read, listed,
-                                                                      cleaned up; not written)
+    watermarks/backups/sessions/<session id>/<schema.table>.json      session backup (run id)
     watermarks/edits/<schema.table>/before-<edit>-<UTC time>.json     record a manual edit
                                                                       replaced (never a
                                                                       recovery source)
@@ -100,7 +96,7 @@ class Layout:
         return self._key("watermarks", "tables", f"{check_table(table)}.json")
 
     def watermark_backups(self) -> str:
-        """Prefix of every daily and session copy (both session layouts)."""
+        """Prefix of every daily and session copy: the fleet's copies in one listing."""
         return self._key("watermarks", "backups") + "/"
 
     def watermark_dailies(self) -> str:
@@ -110,23 +106,10 @@ class Layout:
         name = f"{check_table(table)}_{day:%Y%m%d}.json"
         return self._key("watermarks", "backups", "daily", name)
 
-    def watermark_sessions(self, table: str | None = None) -> str:
-        """Prefix of the session copies of `table` (of every table when None). Each table has
-        its own prefix, so a table's recovery lists its own copies only."""
-        root = self._key("watermarks", "backups", "sessions-by-table") + "/"
-        return root if table is None else root + f"{check_table(table)}/"
-
-    def watermark_session(self, table: str, session_id: str) -> str:
-        return self.watermark_sessions(table) + f"{check_session(session_id)}.json"
-
-    def legacy_sessions(self) -> str:
-        """Prefix of the session copies an older s3rs wrote, `<session id>/<table>.json`
-        (the old system's layout): the session comes first, so no prefix holds one table's
-        copies. Still read, listed and cleaned up (nothing already in S3 is lost), never
-        written; `cleanup-backups` empties it as the tables get newer copies."""
+    def watermark_sessions(self) -> str:
         return self._key("watermarks", "backups", "sessions") + "/"
 
-    def legacy_session(self, table: str, session_id: str) -> str:
+    def watermark_session(self, table: str, session_id: str) -> str:
         name = f"{check_table(table)}.json"
         return self._key("watermarks", "backups", "sessions", check_session(session_id), name)
 
@@ -184,11 +167,9 @@ class Layout:
         return (m["table"], m["day"]) if m else None
 
     def parse_session(self, key: str) -> tuple[str, str] | None:
-        """(session id, table) of a listed session backup key (either layout), or None."""
-        layouts = ((self.watermark_sessions(), True), (self.legacy_sessions(), False))
-        for head, table_first in layouts:
-            parts = key[len(head) :].split("/") if key.startswith(head) else []
-            if len(parts) == 2 and parts[1].endswith(".json"):
-                outer, inner = parts[0], parts[1][: -len(".json")]
-                return (inner, outer) if table_first else (outer, inner)
-        return None
+        """(session id, table) of a listed session backup key, or None."""
+        head = self.watermark_sessions()
+        parts = key[len(head) :].split("/") if key.startswith(head) else []
+        if len(parts) != 2 or not parts[1].endswith(".json"):
+            return None
+        return parts[0], parts[1][: -len(".json")]

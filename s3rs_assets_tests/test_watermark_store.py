@@ -192,7 +192,7 @@ def test_update_writes_the_primary_and_write_copies_copies_it(store, s3_client, 
     keys = {
         "primary": f"{PREFIX}/watermarks/tables/{T}.json",
         "daily": f"{PREFIX}/watermarks/backups/daily/{T}_{datetime.now(UTC):%Y%m%d}.json",
-        "session": f"{PREFIX}/watermarks/backups/sessions-by-table/{T}/run-a.json",
+        "session": f"{PREFIX}/watermarks/backups/sessions/run-a/{T}.json",
     }
     assert info.written == {"primary": keys["primary"]} and info.failed == {}
     assert not exists(s3_client, bucket, keys["daily"])  # backups wait for the run's end
@@ -221,9 +221,7 @@ def test_update_writes_the_primary_and_write_copies_copies_it(store, s3_client, 
 
 def test_backup_write_failure_is_logged_and_reported_not_fatal(bucket, s3_client, caplog):
     store = make_store(resource(bucket, retries=1))
-    fault = Inject(
-        store.client, "/backups/sessions-by-table/", status=500, code="InternalError", times=None
-    )
+    fault = Inject(store.client, "/backups/sessions/", status=500, code="InternalError", times=None)
     rec = store.update(T, add_chunk("2025-01-01", 5)).record
     with caplog.at_level(logging.ERROR, logger="s3rs.watermark"):
         backups = store.write_copies(T)
@@ -253,7 +251,7 @@ def test_session_id_defaults_to_a_timestamp(s3_resource):
     assert store.session_id[:8] == f"{datetime.now(UTC):%Y%m%d}"
     store.update(T, add_chunk("2025-01-01", 1))
     backups = store.write_copies(T)
-    assert backups.written["session"].endswith(f"/sessions-by-table/{T}/{store.session_id}.json")
+    assert backups.written["session"].endswith(f"/sessions/{store.session_id}/{T}.json")
 
 
 def test_invalid_names_are_refused(store, s3_resource):
@@ -358,85 +356,6 @@ def test_primary_and_daily_gone_recovers_latest_then_older_session(s3_resource, 
     assert report.record.backup_metadata.recovered_from == "session"
     assert report.key == session_key(T, "run-a")
     assert report.record.last_mysql_data_timestamp == datetime(2025, 1, 1, 5)
-
-
-class Listed:
-    """The LIST requests a store's client sends and how many keys they return."""
-
-    def __init__(self, store: WatermarkStore):
-        self.prefixes: list[str] = []
-        self.keys = 0
-        store.client.meta.events.register("before-parameter-build.s3.ListObjectsV2", self.ask)
-        store.client.meta.events.register("after-call.s3.ListObjectsV2", self.got)
-
-    def ask(self, params: dict[str, Any], **_: Any) -> None:
-        self.prefixes.append(params.get("Prefix", ""))
-
-    def got(self, parsed: dict[str, Any], **_: Any) -> None:
-        self.keys += len(parsed.get("Contents", []))
-
-
-def test_a_tables_recovery_lists_its_own_session_copies_only(s3_resource, s3_client, bucket):
-    """Session copies are kept under a prefix per table: a recovery's search lists the
-    table's copies, not every session copy of the fleet."""
-    for i in range(25):
-        other = f"sales.other_{i}"
-        run(make_store(s3_resource, f"run-other-{i}"), other, add_chunk("2025-01-01", 1))
-    run(make_store(s3_resource, "run-a"), T, add_chunk("2025-01-01", 5))
-    run(make_store(s3_resource, "run-b"), T, add_chunk("2025-01-01", 9))
-    s3_client.delete_object(Bucket=bucket, Key=primary())
-    delete_dailies(s3_client, bucket)
-
-    reader = make_store(s3_resource, session="reader")
-    listed = Listed(reader)
-    report = reader.recover(T)
-    assert report.key == session_key(T, "run-b") and report.source == "session"
-    assert listed.prefixes == [
-        LAYOUT.watermark_dailies() + f"{T}_",
-        LAYOUT.watermark_sessions(T),
-        LAYOUT.legacy_sessions(),  # empty: nothing of an older s3rs
-    ]
-    assert listed.keys == 2  # run-a's and run-b's copies of T, none of the 25 others
-
-    # a never-synced table's first look costs the same three LISTs, returning nothing
-    fresh = make_store(s3_resource, session="new")
-    listed = Listed(fresh)
-    assert fresh.recover("sales.brand_new").record is None
-    assert len(listed.prefixes) == 3 and listed.keys == 0
-
-
-def test_session_copies_of_the_older_layout_are_still_found_and_cleaned_up(
-    s3_resource, s3_client, bucket
-):
-    """An older s3rs wrote session copies as sessions/<run>/<table>.json: after an upgrade
-    they are still recovery sources, counted, listed and cleaned up like the others."""
-    legacy = LAYOUT.legacy_session(T, "old-run")
-    assert legacy == f"{PREFIX}/watermarks/backups/sessions/old-run/{T}.json"
-    run(make_store(s3_resource, "old-run"), T, add_chunk("2025-01-01", 5))
-    s3_client.put_object(Bucket=bucket, Key=legacy, Body=body_of(s3_client, bucket, primary()))
-    s3_client.delete_object(Bucket=bucket, Key=session_key(T, "old-run"))
-    s3_client.delete_object(Bucket=bucket, Key=primary())
-    delete_dailies(s3_client, bucket)
-    assert LAYOUT.parse_session(legacy) == ("old-run", T)
-    assert LAYOUT.parse_session(session_key(T, "run-x")) == ("run-x", T)
-
-    store = make_store(s3_resource, session="new-run")
-    assert store.list_tables() == [T]
-    assert store.tables_with_copies() == {T}
-    report = store.recover(T)
-    assert report.source == "session" and report.key == legacy
-    assert report.record.last_mysql_data_timestamp == datetime(2025, 1, 1, 5)
-    # the recovery wrote the primary back and copied it in the current layout
-    assert exists(s3_client, bucket, session_key(T, "new-run"))
-    assert store.copy_status(T)["session"]["count"] == 2
-
-    # once newer copies exist, cleanup deletes the old layout's copy like any old copy
-    report = store.cleanup_copies(days_to_keep=7, now=datetime.now(UTC) + timedelta(days=30))
-    assert legacy in report.deleted and report.failed == {}
-    assert not exists(s3_client, bucket, legacy)
-    assert {k for k in all_keys(s3_client, bucket) if "/backups/" in k} == set(
-        report.kept_newest.values()
-    )
 
 
 def test_newest_daily_is_used_when_todays_is_missing(store, saved, s3_client, bucket):
@@ -806,7 +725,7 @@ def test_updates_of_a_run_cost_one_read_then_one_put_each(s3_resource, s3_client
 
     backups = store.write_copies(T)  # the run's end
     assert calls.count("PutObject", "/backups/daily/") == 1
-    assert calls.count("PutObject", f"/backups/sessions-by-table/{T}/run-b") == 1
+    assert calls.count("PutObject", "/backups/sessions/run-b/") == 1
     assert len(calls.seen) == 1 + n + 2
     assert set(backups.written) == {"daily", "session"}
     for key in (daily(), session_key(T, "run-b")):
@@ -825,9 +744,8 @@ def test_a_brand_new_table_is_probed_once_and_backed_up_at_the_end(store, s3_cli
         store.update(T, add_chunk("2025-01-01", hour))
     # one look for a primary or any copy (there is none), then the three writes
     assert calls.count("GetObject") == 2  # the primary and today's daily backup
-    # daily backups, the table's session backups, the older layout's session backups
-    assert calls.count("ListObjectsV2") == 3
-    assert calls.count("PutObject", "/tables/") == 3 and len(calls.seen) == 8
+    assert calls.count("ListObjectsV2") == 2  # daily and session backups
+    assert calls.count("PutObject", "/tables/") == 3 and len(calls.seen) == 7
     assert not exists(s3_client, bucket, daily())
     store.write_copies(T)
     assert body_of(s3_client, bucket, daily()) == body_of(s3_client, bucket, primary())

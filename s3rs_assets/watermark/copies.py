@@ -3,10 +3,8 @@
 They are byte-identical copies of the primary, written when a stage of a run ends, when it
 fails, after a manual change and after a recovery — not at every checkpoint — so they are
 at most one run behind the primary and a lost primary costs at most a re-read of what the
-last run read. Their S3 keys are under `watermarks/backups/` (`daily/...` as in the old
-system; session copies under a prefix per table, `sessions-by-table/<table>/<run>.json`, those
-of the old layout `sessions/<run>/<table>.json` still read: `layout.py`); in s3rs "backup"
-names stage 1 only.
+last run read. Their S3 keys keep the old system's layout (`watermarks/backups/daily/...`,
+`watermarks/backups/sessions/...`, `layout.py`); in s3rs "backup" names stage 1 only.
 `copy_status` shows every location, `cleanup_copies` deletes old ones but never a
 primary, nor the newest valid copy of any table.
 """
@@ -70,7 +68,9 @@ class Copies(StoreBase):
 
     def tables_with_copies(self) -> set[str]:
         """Tables with a daily or a session copy in S3, from one LIST of the copies' common
-        prefix for the whole fleet (the guard's tick), not three per table."""
+        prefix for the whole fleet (the guard's tick; one table's recovery search lists the
+        session copies of every table, so a per-table search over a fleet costs tables x
+        sessions)."""
         return {o.table for o in self._copy_objects()}
 
     def copy_status(

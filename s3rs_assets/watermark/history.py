@@ -119,7 +119,7 @@ def copies(store: WatermarkStore, table: str) -> tuple[list[Copy], list[str]]:
                     Copy(f"daily {parsed[1]}", item["Key"], _etag(item["ETag"]),
                          item["LastModified"])
                 )
-        for item in listing(layout.watermark_sessions(table)) + listing(layout.legacy_sessions()):
+        for item in listing(layout.watermark_sessions()):
             parsed = layout.parse_session(item["Key"])
             if parsed and parsed[1] == table:
                 out.append(

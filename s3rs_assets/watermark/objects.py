@@ -337,21 +337,21 @@ class StoreBase:
                 out.append(_Obj("daily", item["Key"], name, item["LastModified"], day))
         return out
 
-    def _session_objects(self, table: str) -> list[_Obj]:
-        """The session copies of `table`: a LIST of the table's own prefix, and one of the
-        older layout's prefix (layout.legacy_sessions), which holds every table's: one
-        request returning nothing once `cleanup-backups` has emptied it."""
+    def _session_objects(self, table: str | None = None) -> list[_Obj]:
+        """Session copies (of `table`): one listing of every table's. DESIGN.md fixes their
+        keys as `sessions/<run id>/<table>.json` (the old system's layout, which its users'
+        tools read), so no prefix holds one table's copies; `cleanup-backups` bounds the
+        listing, and the fleet's lookups (`_copy_objects`) list it once, not per table."""
         out = []
-        for head in (self.layout.watermark_sessions(table), self.layout.legacy_sessions()):
-            for item in self._list(head):
-                parsed = self.layout.parse_session(item["Key"])
-                if parsed and parsed[1] == table:
-                    out.append(_Obj("session", item["Key"], parsed[1], item["LastModified"]))
+        for item in self._list(self.layout.watermark_sessions()):
+            parsed = self.layout.parse_session(item["Key"])
+            if parsed and (table is None or parsed[1] == table):
+                out.append(_Obj("session", item["Key"], parsed[1], item["LastModified"]))
         return out
 
     def _copy_objects(self) -> list[_Obj]:
         """Every daily and session copy of every table, from one LIST of their common
-        prefix (a page per 1,000 copies)."""
+        prefix (a page per 1,000 copies), not one of each kind."""
         out = []
         for item in self._list(self.layout.watermark_backups()):
             key, modified = item["Key"], item["LastModified"]
