@@ -84,7 +84,14 @@ class S3RSIOManager(dg.ConfigurableIOManager):
         table = upstream.definition_metadata[TABLE_METADATA_KEY] if upstream else None
         if not table:
             raise TypeError(f"{context.asset_key} is not an s3rs asset (no {TABLE_METADATA_KEY})")
-        record = store_for(self.s3, instance=context.instance).read(table)
+        # The run's own store: after this run's backup step it holds the record that step
+        # wrote (the load step reads the same store), so no GET; in a run without a backup
+        # step (load alone, a re-execution) it reads the primary from S3 as before.
+        try:
+            run_id: str | None = context.step_context.run_id
+        except dg.DagsterInvariantViolationError:  # an InputContext built outside a run
+            run_id = None
+        record = store_for(self.s3, run_id, context.instance).read(table)
         keys = context.asset_partition_keys if context.has_asset_partitions else []
         if record is None:
             return {k: [] for k in keys}

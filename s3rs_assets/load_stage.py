@@ -143,11 +143,13 @@ def run_load(
                     # Their ledger entries described a dropped or emptied target: the
                     # mirror forgets them, so the next sync loads those partitions again.
                     partitions.setdefault(other, PartitionLoad({}, {}))
-            # one log entry per transaction (each is an event in Dagster's storage)
+            # one log entry per transaction (each is an event in Dagster's storage; the
+            # transaction logs its per-partition detail outside it)
             context.log.info("\n".join(
                 f"{table.name} {key}: {len(r.files_loaded)} file(s) loaded, "
-                f"{len(r.files_skipped)} already in the ledger, {r.rows_inserted} rows "
-                "inserted" for key, r in results.items()
+                f"{len(r.files_skipped)} already in the ledger, {r.rows_staged} rows staged, "
+                f"{r.rows_inserted} inserted, {r.rows_deleted} replaced, {r.seconds:.2f}s "
+                f"({r.dialect}, {r.attempts} attempt(s))" for key, r in results.items()
             ) + (f"\n({len(results)} partitions in one transaction)" if len(results) > 1
                  else ""))
     except Exception as e:

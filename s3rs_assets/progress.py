@@ -161,13 +161,24 @@ def run_timings(result: Any, monitor: SyncMonitor) -> RunTimings:
 _CHUNK_MSG = re.compile(r"^(?P<table>\S+) (?P<partition>\S+): chunk (?P<chunk>\d+) ")
 
 
+_READ = object()  # SyncMonitor(base=...) not given: read it from S3
+#: the events that follow a write of the record by the run: a stage's output stored (its
+#: side closed, the copies written), a step failed (the failure recorded); every other
+#: write of the run (a chunk checkpoint, a recovery) is followed by a log message
+_RECORD_MOVED = frozenset({"HANDLED_OUTPUT", "STEP_FAILURE", "STEP_SUCCESS"})
+
+
 class SyncMonitor:
     """Follows one table's run while `execute_job` runs it in this thread.
 
     Progress comes from two places, polled every half second from a daemon thread:
 
     * the watermark primary in S3 (rows per partition, cursor, which partition moves):
-      read raw, never through recovery, so watching cannot change anything;
+      read raw, never through recovery, so watching cannot change anything; read only when
+      the event log brought a log message or a stage's end since the last read (every
+      chunk checkpoint is followed by its "chunk N" message, every stage's record write by
+      its HANDLED_OUTPUT or failure; `_RECORD_MOVED`), and once more at `stop` (`final`):
+      Dagster's bookkeeping between them costs no GET;
     * the run's Dagster event log (found by the run's unique SYNC_TAG): step starts and
       failures, and the chunk numbers of the backup's log messages. When the runner lets
       the CLI silence Dagster's console logger, these messages are re-emitted through the
@@ -176,6 +187,9 @@ class SyncMonitor:
     On a terminal it redraws one status line; otherwise it logs a `progress` line per
     chunk checkpoint.
     """
+
+    #: seconds between polls
+    INTERVAL = 0.5
 
     def __init__(
         self,
@@ -186,15 +200,18 @@ class SyncMonitor:
         token: str,
         *,
         tty: bool,
-        interval: float = 0.5,
+        interval: float | None = None,
+        base: Any = _READ,
     ):
+        """`base`: the record before the run when the caller holds it (`s3rs sync`: its
+        store's answer after planning), else read from S3 here."""
         self.table = table
         self.stages = stages
         self.inst = inst
         self.s3 = s3
         self.token = token
         self.tty = tty
-        self.interval = interval
+        self.interval = self.INTERVAL if interval is None else interval
         self.echo_events = True  # runner.execute silences Dagster's own console logger
         self.run_id: str | None = None
         self._cursor: str | None = None
@@ -202,7 +219,10 @@ class SyncMonitor:
         self._thread = threading.Thread(target=self._loop, name="s3rs-sync-monitor", daemon=True)
         self._client = s3.client()
         self._key = s3.layout.watermark_primary(table.name)
-        self._base = self._read()
+        self._base = self._read() if base is _READ else base
+        #: the record read at `stop` (after the run), None when it could not be read
+        self.final: WatermarkRecord | None = None
+        self._news = True  # entries came from the event log since the last S3 read
         self._t0 = time.monotonic()
         self._last: tuple | None = None
         self._chunk = 0
@@ -224,7 +244,7 @@ class SyncMonitor:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=10)
-        self._poll()  # the last events and the final counts
+        self._poll(final=True)  # the last events and the final counts
         self._clear()
 
     # --------------------------------------------------------------------- sources
@@ -252,7 +272,11 @@ class SyncMonitor:
         while True:
             conn = self.inst.get_records_for_run(self.run_id, cursor=self._cursor, limit=500)
             for rec in conn.records:
-                self._event(rec.event_log_entry)
+                entry = rec.event_log_entry
+                ev = entry.dagster_event
+                if ev is None or ev.event_type_value in _RECORD_MOVED:
+                    self._news = True
+                self._event(entry)
             self._cursor = conn.cursor
             if not conn.has_more:
                 return
@@ -344,14 +368,21 @@ class SyncMonitor:
             "seconds": round(seconds, 1),
         }
 
-    def _poll(self) -> None:
+    def _poll(self, final: bool = False) -> None:
         try:
             if self.run_id is None:
                 self._find_run()
             self._events()
         except Exception:  # noqa: BLE001 - the display must never break the sync
             log.debug("sync monitor: event poll failed", exc_info=True)
-        snap = self.snapshot(self._read())
+            self._news = True  # unknown: read S3 as before
+        if not (final or self._news):
+            return  # the run wrote nothing to the event log: the record has not moved
+        self._news = False
+        rec = self._read()
+        if final:
+            self.final = rec
+        snap = self.snapshot(rec)
         if snap is None:
             return
         sig = (snap["partition"], snap["cursor"], snap["rows"], snap["rows_loaded"], snap["chunk"])

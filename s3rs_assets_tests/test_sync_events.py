@@ -26,8 +26,10 @@ from s3rs_assets_tests.test_cli import (  # noqa: F401 - the CLI tests' fixtures
 #: captured 1, planned 4, step start/output/success 12, step input and loaded input 2,
 #: handled output 2, materializations 2, check evaluations 2
 EVENTS = 31
-#: the run's own log messages (4; a warning, e.g. a retried query, may join them)
-MESSAGES = 6
+#: the run's own log messages: 3 (the backup's chunk and partitions lines, the load's
+#: transaction line; the load's per-partition line of the transaction itself no longer goes
+#: to the event log: 4 before); a warning, e.g. a retried query, may join them
+MESSAGES = 5
 
 
 @pytest.mark.usefixtures("orders")
@@ -63,3 +65,75 @@ def test_an_increment_run_writes_few_events_and_builds_its_job_once(request, mon
     assert sum(kinds.values()) <= EVENTS, sorted(kinds.items())
     messages = [e.user_message for e in entries if not e.dagster_event]
     assert len(messages) <= MESSAGES, messages
+    # the load's line still says what its transaction did, partition by partition
+    (load,) = [m for m in messages if "already in the ledger" in m]
+    assert "1 file(s) loaded" in load and "10 inserted" in load and "attempt(s)" in load, load
+
+
+#: GETs of the table's watermark primary by an increment's `s3rs sync` once the monitor's
+#: polls are left out: the plan's read, the backup's recovery check (`recover` always asks
+#: S3) and the monitor's read after the run (its progress summary and the "not yet" lines
+#: share it). Before 2026-11-27 (incr19): 6 (the monitor's base read again, the load's
+#: input read from a store of its own, the unread-rows report read again).
+PRIMARY_GETS = 3
+
+
+@pytest.mark.usefixtures("orders")
+def test_an_increment_sync_reads_its_record_from_s3_three_times(request, monkeypatch):
+    """Counted on the real moto server: every GetObject of the primary the process makes."""
+    env = request.getfixturevalue("stack")
+    import botocore.client
+
+    from s3rs_assets.progress import SyncMonitor
+
+    name = env.name("cli_orders")
+    assert invoke("sync", "-t", name, "--no-progress").exit_code == 0
+    with mysql(env.db) as conn:
+        insert_rows(conn, "cli_orders", [(i, datetime.now() - timedelta(minutes=20))
+                                         for i in range(61, 71)])
+    primary = env.resource.layout.watermark_primary(name)
+    gets: list[str] = []
+    call = botocore.client.BaseClient._make_api_call
+
+    def counted(self, operation, params):
+        if operation == "GetObject" and params.get("Key") == primary:
+            gets.append(operation)
+        return call(self, operation, params)
+
+    monkeypatch.setattr(botocore.client.BaseClient, "_make_api_call", counted)
+    monkeypatch.setattr(SyncMonitor, "INTERVAL", 3600.0)  # only the poll at its stop
+    r = invoke("sync", "-t", name, "--no-progress")
+    assert r.exit_code == 0, r.output
+    assert r.stdout.count(" succeeded") == 1, r.stdout
+    assert len(gets) == PRIMARY_GETS, gets
+    rec = env.store.read(name, fresh=True)
+    assert rec.mysql_rows_extracted == 70 and rec.redshift_rows_loaded == 70
+
+
+def test_the_monitor_reads_the_record_only_after_news_from_the_event_log(tmp_path, s3_client,
+                                                                          bucket):
+    """A poll that finds nothing new in the run's event log reads nothing from S3; the poll
+    at `stop` always reads (the counts after the run)."""
+    import dagster as dg
+
+    from s3rs_assets.config import TableConfig
+    from s3rs_assets.connections import S3Connector
+    from s3rs_assets.progress import SyncMonitor
+
+    table = TableConfig.from_dict({"name": "s.events_monitor", "start": "2026-01-01"})
+    s3 = S3Connector(bucket=bucket, prefix="monitor")
+    gets: list[str] = []
+    client = s3.client()
+    client.meta.events.register("before-call.s3.GetObject", lambda **kw: gets.append("get"))
+    with dg.DagsterInstance.ephemeral() as inst:
+        monitor = SyncMonitor(table, ("backup",), inst, s3, "no-such-run", tty=False,
+                              interval=3600, base=None)
+        assert gets == []  # the base record was given
+        monitor.start()  # its thread waits an hour before its first poll
+        monitor._poll()  # the first poll reads (nothing seen yet)
+        monitor._poll()
+        monitor._poll()  # no run, no event: no read
+        assert len(gets) == 1
+        monitor.stop()
+        assert len(gets) == 2
+    assert monitor.final is None  # no record in S3

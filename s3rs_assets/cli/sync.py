@@ -275,7 +275,10 @@ def _run_plans(
         echo(f"{table.name}: {' + '.join(plan.stages)}, partitions {plan.start} .. {plan.end}")
         before = _rows_extracted(store, table) if budget is not None else 0  # --limit only
         token = uuid.uuid4().hex
-        monitor = SyncMonitor(table, plan.stages, dagster, s3, token, tty=tty)
+        # the record before the run: the store's answer after planning (no GET)
+        monitor = SyncMonitor(
+            table, plan.stages, dagster, s3, token, tty=tty, base=store.read(table.name)
+        )
         monitor.start()
         try:
             result = _execute(runner, plan, dagster, budget, {SYNC_TAG: token}, quiet=True)
@@ -298,7 +301,7 @@ def _run_plans(
         else:
             echo(f"{table.name}: run {result.run_id} succeeded{after}")
             _report_timings(ctx, table, result, monitor)
-        _report_unread_rows(ctx, table, store, "backup" in plan.stages)
+        _report_unread_rows(ctx, table, store, "backup" in plan.stages, monitor.final)
         if budget is not None and "backup" in plan.stages:
             budget -= max(0, _rows_extracted(store, table) - before)
             if budget <= 0:
@@ -362,10 +365,14 @@ def _failed_checks(ctx: click.Context, table: TableConfig, result: Any) -> bool:
     return bool(bad)
 
 
-def _report_unread_rows(ctx: click.Context, table: TableConfig, store: Any, backup: bool) -> None:
+def _report_unread_rows(
+    ctx: click.Context, table: TableConfig, store: Any, backup: bool, after: Any = None
+) -> None:
     """Warn about rows no run has copied (future-dated, NULL or zero cursors, before start),
-    then say which rows wait above the run's safety bound and from when they are read."""
-    rec = store.read(table.name, fresh=True)  # after the run: not the plan's copy
+    then say which rows wait above the run's safety bound and from when they are read.
+    `after`: the record the monitor read from S3 once the run had ended (else read here)."""
+    # after the run: not the plan's copy
+    rec = after if after is not None else store.read(table.name, fresh=True)
     counts = rec.source_counts if rec else None
     for line in counts.warnings(table.name) if counts else []:
         _say(ctx, logging.WARNING, f"warning: {line}", event="rows_not_copied", table=table.name)

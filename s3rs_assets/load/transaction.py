@@ -48,6 +48,7 @@ commit exactly when the files' ledger rows do, and never for a file already load
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -85,6 +86,10 @@ DIRECT_REFUSALS = ("23505", "23502", "22P03", "42804")
 _SAVEPOINT = '"s3rs_direct"'
 
 log = dg.get_dagster_logger("s3rs.load")
+#: the per-partition detail of a committed load, not Dagster's: a step's caller
+#: (load_stage.run_load) writes it into the run's log as one entry per transaction, and an
+#: entry here too would be a second event-log write per partition (issue 19)
+detail_log = logging.getLogger("s3rs.load.transaction")
 
 
 class LoadError(S3rsError):
@@ -294,7 +299,7 @@ def load_partitions(
     if len(parts) == 1:
         next(iter(results.values())).seconds = time.monotonic() - started
     for key, result in results.items():
-        log.info(
+        detail_log.debug(
             f"{target.qualified} partition {key}: {len(result.files_loaded)} file(s) "
             f"loaded, {len(result.files_skipped)} skipped, {result.rows_staged} rows staged, "
             f"{result.rows_inserted} inserted, {result.rows_deleted} replaced, "
