@@ -129,18 +129,32 @@ def compare_with_mysql(
     pdef = partitions_def(table)
     windows = synced_windows(pdef, scope, record)
     target = load_target(table, mysql, run_id=run_id)
-    if moved_since is not None:
-        windows = moved_windows(windows, loaded_since(warehouse, target, moved_since))
-        scope = [k for k in scope if k in {w[0] for w in windows}]
-    checks, pending = mysql.run(
-        f"{table.name}: comparing with the warehouse",
-        lambda conn: (
-            verify_table(conn, warehouse, target, table, windows),
-            sum(count_windows(conn, table, not_compared(pdef, scope, windows))),
-        ),
-        Retries(),
-        warn,
-    )
+    # One warehouse connection for the ledger read and the comparison's first attempt (a
+    # retried attempt gets a new one, as the one that failed may be dead).
+    spare = [warehouse.connect(autocommit=True)]
+    try:
+        if moved_since is not None:
+            moved = loaded_since(warehouse, target, moved_since, spare[0])
+            windows = moved_windows(windows, moved)
+            scope = [k for k in scope if k in {w[0] for w in windows}]
+
+        def compare(conn: Any) -> tuple[list[Any], int]:
+            wconn = spare.pop() if spare else None
+            try:
+                return (
+                    verify_table(conn, warehouse, target, table, windows, wconn),
+                    sum(count_windows(conn, table, not_compared(pdef, scope, windows))),
+                )
+            finally:
+                if wconn is not None:
+                    wconn.close()
+
+        checks, pending = mysql.run(
+            f"{table.name}: comparing with the warehouse", compare, Retries(), warn
+        )
+    finally:
+        for wconn in spare:
+            wconn.close()
     return scope, matches_mysql_result(scope, checks, pending)
 
 

@@ -23,12 +23,13 @@ printed as the exact DOUBLE it widens to, since MySQL prints FLOAT with six digi
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from s3rs_assets.config import TableConfig
-from s3rs_assets.connections import Dialect
+from s3rs_assets.connections import Dialect, WarehouseConnection
 from s3rs_assets.errors import ConfigError
 from s3rs_assets.identifiers import mysql_quote, mysql_table, pg_quote, pg_table, split_qualified
 from s3rs_assets.load import LoadTarget
@@ -236,8 +237,10 @@ def verify_table(
     target: LoadTarget,
     table_cfg: TableConfig,
     partitions: list[tuple[str, datetime, datetime]],
+    wconn: WarehouseConnection | None = None,
 ) -> list[PartitionCheck]:
-    """Row count and (primary key, cursor) checksum per partition window, on both sides."""
+    """Row count and (primary key, cursor) checksum per partition window, on both sides;
+    on the warehouse connection `wconn` (autocommit) when given, else on one of its own."""
     if target.cursor != table_cfg.cursor:
         raise ConfigError(
             f"table {table_cfg.name}: cursor {table_cfg.cursor!r} in tables.yaml but "
@@ -248,7 +251,8 @@ def verify_table(
             raise ConfigError(f"table {table_cfg.name}: partition {name} has start >= end")
     checks: list[PartitionCheck] = []
     dialect = warehouse.dialect
-    with warehouse.connection(autocommit=True) as wconn:
+    opened = nullcontext(wconn) if wconn is not None else warehouse.connection(autocommit=True)
+    with opened as wconn:
         exists = wconn.query(
             "SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND table_name = %s",
             (target.schema, target.table),

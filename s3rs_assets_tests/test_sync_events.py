@@ -137,3 +137,44 @@ def test_the_monitor_reads_the_record_only_after_news_from_the_event_log(tmp_pat
         monitor.stop()
         assert len(gets) == 2
     assert monitor.final is None  # no record in S3
+
+
+
+#: warehouse connections an increment's `s3rs sync` opens, by where: the plan's ledger read
+#: (which files S3 may drop), the load step (its DDL check and its transaction) and the
+#: matches_mysql check step (its ledger read and its comparison). Before 2026-11-27
+#: (dagcost): 5, the load and the check step opening 2 each.
+CONNECTIONS = {"plan": 1, "load": 1, "check": 1}
+
+
+@pytest.mark.usefixtures("orders")
+def test_an_increment_sync_opens_one_warehouse_connection_per_step(request, monkeypatch):
+    """Counted on the real PostgreSQL: every psycopg.connect the process makes, by the
+    s3rs module that asked for it."""
+    env = request.getfixturevalue("stack")
+    import traceback
+
+    import psycopg
+
+    name = env.name("cli_orders")
+    assert invoke("sync", "-t", name, "--no-progress").exit_code == 0
+    with mysql(env.db) as conn:
+        insert_rows(conn, "cli_orders", [(i, datetime.now() - timedelta(minutes=20))
+                                         for i in range(61, 71)])
+    opened: Counter[str] = Counter()
+    connect = psycopg.connect
+    where = {"s3rs_assets/load_stage.py": "load", "s3rs_assets/checks.py": "check",
+             "s3rs_assets/work.py": "plan"}
+
+    def counted(*args, **kwargs):
+        files = [f.filename for f in traceback.extract_stack()]
+        opened[next((w for f in files for k, w in where.items() if f.endswith(k)), "other")] += 1
+        return connect(*args, **kwargs)
+
+    monkeypatch.setattr(psycopg, "connect", counted)
+    r = invoke("sync", "-t", name, "--no-progress")
+    assert r.exit_code == 0, r.output
+    assert r.stdout.count(" succeeded") == 1, r.stdout
+    assert dict(opened) == CONNECTIONS, opened
+    rec = env.store.read(name, fresh=True)
+    assert rec.mysql_rows_extracted == 70 and rec.redshift_rows_loaded == 70

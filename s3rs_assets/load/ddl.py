@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 import time
+from contextlib import nullcontext
 
 import dagster as dg
 
@@ -211,12 +212,19 @@ def _run_groups(conn: WarehouseConnection, groups: list[list[str]]) -> list[str]
 _DDL_RACE_STATES = {"42P06", "42P07", "42701", "23505", "40001", "40P01"}
 
 
-def ensure_target(warehouse: WarehouseResource, target: LoadTarget) -> list[str]:
+def ensure_target(
+    warehouse: WarehouseResource, target: LoadTarget, given: WarehouseConnection | None = None
+) -> list[str]:
     """Create the schema, the ledger and the target table, or bring the table's columns up
-    to date; return the DDL statements run (empty when nothing changed)."""
+    to date; return the DDL statements run (empty when nothing changed). On `given`, an
+    autocommit connection the caller keeps open (the load transaction that follows uses
+    it: one connection per load step), else on a connection of its own."""
     dialect = warehouse.dialect
     for attempt in range(1, 4):
-        with warehouse.connection(autocommit=True) as conn:
+        opened = (
+            nullcontext(given) if given is not None else warehouse.connection(autocommit=True)
+        )
+        with opened as conn:
             try:
                 groups: list[list[str]] = []
                 have_schema = conn.query(

@@ -342,9 +342,17 @@ def ledger_versions(warehouse: WarehouseResource, schema: str, table: str) -> se
         return {(key, md5) for key, md5, _ in current_ledger(conn, schema, table)}
 
 
-def loaded_since(warehouse: WarehouseResource, target: LoadTarget, since: datetime) -> set[str]:
+def loaded_since(
+    warehouse: WarehouseResource,
+    target: LoadTarget,
+    since: datetime,
+    conn: WarehouseConnection | None = None,
+) -> set[str]:
     """The partitions of `target` with files loaded at or after `since` (naive UTC, like
-    `loaded_at`): what a run that started then moved rows into, from the ledger."""
-    with warehouse.connection(autocommit=True) as conn:
-        rows = conn.query(ledger_loaded_since_sql(target.schema), (target.table, since))
+    `loaded_at`): what a run that started then moved rows into, from the ledger. On `conn`
+    (autocommit) when given, else on a connection of its own."""
+    if conn is None:
+        with warehouse.connection(autocommit=True) as own:
+            return loaded_since(warehouse, target, since, own)
+    rows = conn.query(ledger_loaded_since_sql(target.schema), (target.table, since))
     return {key for (key,) in rows}

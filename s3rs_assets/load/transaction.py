@@ -249,7 +249,18 @@ def load_partitions(
         key: LoadResult(table=target.qualified, partition_key=key, dialect=warehouse.dialect)
         for key in parts
     }
-    ddl = ensure_target(warehouse, target)  # once per transaction, not per partition
+    # One connection for the DDL check and the transaction's first attempt (a new one
+    # costs a PostgreSQL backend, ~20-50 ms; a Redshift connection more): the check runs
+    # in autocommit, the transaction after it does not. A retried attempt gets a new
+    # connection, as the one that failed may be dead.
+    first = warehouse.connect(autocommit=True)
+    try:
+        ddl = ensure_target(warehouse, target, first)  # once per transaction, not per partition
+        first.autocommit = False
+    except BaseException:
+        first.close()
+        raise
+    spare = [first]
     for r in results.values():
         r.ddl = ddl
     observe = checkpoint or (lambda name: None)
@@ -261,7 +272,7 @@ def load_partitions(
     def attempt() -> None:
         for r in results.values():
             r.attempts += 1
-        conn = warehouse.connect()
+        conn = spare.pop() if spare else warehouse.connect()
         try:
             _load_once(conn, s3, warehouse, target, parts, results, observe, before_merge,
                        direct)
@@ -296,6 +307,9 @@ def load_partitions(
                 f"{attempts} attempt(s); nothing was committed: {type(e).__name__}: {e}"
             ) from e
         raise
+    finally:
+        for conn in spare:  # never used (no attempt ran)
+            conn.close()
     if len(parts) == 1:
         next(iter(results.values())).seconds = time.monotonic() - started
     for key, result in results.items():
