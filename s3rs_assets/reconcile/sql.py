@@ -27,7 +27,14 @@ from s3rs_assets.load.sql import warehouse_type
 from s3rs_assets.reconcile import hashing
 from s3rs_assets.reconcile.keys import INTEGER_TYPES, Segment, Split
 from s3rs_assets.types import SPATIAL, TEMPORAL, SourceColumn, invalid_date
-from s3rs_assets.verify import mysql_field, mysql_row_hash, warehouse_field, warehouse_row_hash
+from s3rs_assets.verify import (
+    mysql_field,
+    mysql_hash_field,
+    mysql_row_hash,
+    warehouse_field,
+    warehouse_hash_field,
+    warehouse_row_hash,
+)
 
 Side = Literal["mysql", "postgres", "redshift"]
 Columns = Literal["key", "all"]
@@ -75,6 +82,12 @@ class TableSQL:
     def field(self, col: SourceColumn) -> str:
         return mysql_field(col) if self.mysql else warehouse_field(col, self.side)  # type: ignore[arg-type]
 
+    def hash_field(self, col: SourceColumn) -> str:
+        """A value as the row hash covers it: `field`, dates and times as integers."""
+        if self.mysql:
+            return mysql_hash_field(col)
+        return warehouse_hash_field(col, self.side)  # type: ignore[arg-type]
+
     def _concat(self, fields: list[str]) -> str:
         if self.mysql:
             return f"CONCAT({', '.join(fields)})" if len(fields) > 1 else fields[0]
@@ -100,7 +113,7 @@ class TableSQL:
     def row_hash(self) -> str:
         if self.arithmetic:
             return self._arithmetic_hash()
-        fields = [self.field(c) for c in self.hashed_columns()]
+        fields = [self.hash_field(c) for c in self.hashed_columns()]
         if self.mysql:
             return mysql_row_hash(fields)
         return warehouse_row_hash(fields, self.side, non_null=True)  # type: ignore[arg-type]
