@@ -18,6 +18,8 @@ NULL) prints as
 cannot shift the next one, and floating-point values print in the shortest exact form on
 both sides (PostgreSQL's `1e+300` is written `1e300`, as MySQL writes it; FLOAT is
 printed as the exact DOUBLE it widens to, since MySQL prints FLOAT with six digits).
+Reconcile's row hashes take dates and times from `mysql_hash_field` / `warehouse_hash_field`
+instead: the same value as an integer (days, or microseconds, since 1970), cheaper to make.
 """
 
 from __future__ import annotations
