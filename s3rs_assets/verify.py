@@ -18,6 +18,8 @@ NULL) prints as
 cannot shift the next one, and floating-point values print in the shortest exact form on
 both sides (PostgreSQL's `1e+300` is written `1e300`, as MySQL writes it; FLOAT is
 printed as the exact DOUBLE it widens to, since MySQL prints FLOAT with six digits).
+Reconcile's row hashes take dates and times from `mysql_hash_field` / `warehouse_hash_field`
+instead: the same value as an integer (days, or microseconds, since 1970), cheaper to make.
 """
 
 from __future__ import annotations
@@ -157,6 +159,56 @@ def warehouse_field(col: SourceColumn, dialect: Dialect) -> str:
     if _is_text(col):
         text = f"CAST(OCTET_LENGTH({text}) AS VARCHAR) || ':' || {text}"
     return f"COALESCE({text}, 'N')"
+
+
+#: seconds from MySQL's day 0 (TO_SECONDS) to 1970-01-01, and days (TO_DAYS)
+_TO_SECONDS_1970 = 62167219200
+_TO_DAYS_1970 = 719528
+
+
+def mysql_hash_field(col: SourceColumn) -> str:
+    """`mysql_field`, but a DATE, DATETIME or TIMESTAMP as an integer: its days, or its
+    microseconds, since 1970 (floor, so negative before 1970), or 'N'. The row hashes use
+    this form, the key's text keeps `mysql_field`'s. It holds the same information as the
+    text (every digit of the value, down to the microsecond) and costs less on both sides:
+    TO_SECONDS and TO_DAYS are NULL for exactly the zero and zero-in-date values (which
+    s3rs carries as NULL), so no MONTH/DAYOFMONTH test and no formatting per row; in
+    PostgreSQL, integer date arithmetic instead of TO_CHAR (-0.45 s of CPU per 1M values
+    of a TIMESTAMP column, -0.35 s for a DATE; 2026-11-27)."""
+    if col.data_type not in TEMPORAL:
+        return mysql_field(col)
+    q = mysql_quote(col.name)
+    if col.data_type == "date":
+        return f"COALESCE(TO_DAYS({q}) - {_TO_DAYS_1970}, 'N')"
+    return f"COALESCE((TO_SECONDS({q}) - {_TO_SECONDS_1970}) * 1000000 + MICROSECOND({q}), 'N')"
+
+
+def warehouse_hash_field(col: SourceColumn, dialect: Dialect) -> str:
+    """The same integer as `mysql_hash_field`, in the warehouse. PostgreSQL: whole days
+    (date minus date, an integer) times 86,400,000,000, plus the time of day in
+    microseconds: `date_part('epoch', TIME)` is a double below 86,400 with six decimals,
+    and times 10^6 it rounds back to the exact integer (it is below 2^37, far inside the
+    53 bits of a double: the two roundings move it by less than 10^-5). Redshift: whole
+    seconds (DATEDIFF counts second boundaries: a floor) and the microseconds past them."""
+    if col.data_type not in TEMPORAL:
+        return warehouse_field(col, dialect)
+    q = pg_quote(col.name)
+    if dialect == "postgres":
+        if col.data_type == "date":
+            text = f"({q} - DATE '1970-01-01')"
+        else:
+            text = (
+                f"(CAST({q} AS DATE) - DATE '1970-01-01') * CAST(86400000000 AS BIGINT) + "
+                f"CAST(ROUND(date_part('epoch', CAST({q} AS TIME)) * 1000000) AS BIGINT)"
+            )
+    elif col.data_type == "date":
+        text = f"DATEDIFF(day, CAST('1970-01-01' AS DATE), {q})"
+    else:
+        text = (
+            f"CAST(DATEDIFF(second, CAST('1970-01-01' AS TIMESTAMP), {q}) AS BIGINT) * 1000000"
+            f" + DATEDIFF(microsecond, DATE_TRUNC('second', {q}), {q})"
+        )
+    return f"COALESCE(CAST({text} AS VARCHAR), 'N')"
 
 
 def mysql_row_hash(fields: list[str]) -> str:

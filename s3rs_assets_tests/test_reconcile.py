@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import psycopg
 import pytest
 
 from s3rs_assets.errors import ConfigError
@@ -162,3 +163,33 @@ def test_never_synced_and_bad_input_change_nothing(env):
     with pytest.raises(ConfigError, match="integer first primary-key column"):
         env.reconcile(s_table, from_key=1)
     assert env.store().read(table2.name).reconcile is None
+
+
+def _plan_nodes(plan: dict):
+    yield plan
+    for child in plan.get("Plans", []):
+        yield from _plan_nodes(child)
+
+
+@pytest.mark.parametrize("columns", ["key", "all"])
+def test_postgres_groups_child_and_hash_pairs_not_whole_rows(env, columns):
+    """The checksum query's GROUP BY (a sort or a hash) sees (child, row hash) pairs: on a
+    table without statistics PostgreSQL used to sort whole rows by the child, through temp
+    files at 1M rows. What the sort carries is a few integers wide, not the row."""
+    from s3rs_assets.reconcile.keys import Segment, split
+    from s3rs_assets.reconcile.sql import TableSQL
+
+    ddl = (f"{KEY_DDL['int']}, update_at DATETIME(6) NULL, note VARCHAR(64) NULL, "
+           "body TEXT NULL")
+    table = new_table(env, ddl)
+    target = copy_to_warehouse(env, table)
+    w = TableSQL("postgres", target.schema, target.table, target, columns)
+    for sp in (split(Segment(lo=0, hi=10_000), 40), split(Segment(), 16)):
+        sql, params = w.split_checksums(sp, T0 + timedelta(days=999))
+        with psycopg.connect(env.pg_url, autocommit=True) as c:
+            c.execute("SET enable_hashagg = off")  # the sort the planner may pick
+            plan = c.execute("EXPLAIN (FORMAT JSON) " + sql, params).fetchone()[0][0]["Plan"]
+        sorts = [n for n in _plan_nodes(plan) if n["Node Type"] in ("Sort", "Hash")]
+        assert sorts and all(n["Plan Width"] <= 64 for n in sorts), [
+            (n["Node Type"], n["Plan Width"]) for n in _plan_nodes(plan)
+        ]

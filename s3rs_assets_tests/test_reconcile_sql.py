@@ -27,9 +27,15 @@ KEY = (
     "COALESCE(CAST(\"id\" AS VARCHAR), 'N') || '|' || "
     "COALESCE(CAST(OCTET_LENGTH(\"code\") AS VARCHAR) || ':' || \"code\", 'N')"
 )
+#: the row hash has the cursor as microseconds since 1970 (verify.warehouse_hash_field)
+CURSOR_US = (
+    "CAST(CAST(DATEDIFF(second, CAST('1970-01-01' AS TIMESTAMP), \"update_at\") AS BIGINT) "
+    "* 1000000 + DATEDIFF(microsecond, DATE_TRUNC('second', \"update_at\"), \"update_at\") "
+    "AS VARCHAR)"
+)
 HASH = (
     f"CAST(STRTOL(SUBSTRING(MD5({KEY} || '|' || "
-    "COALESCE(TO_CHAR(\"update_at\", 'YYYY-MM-DD HH24:MI:SS.US'), 'N')), 1, 15), 16) "
+    f"COALESCE({CURSOR_US}, 'N')), 1, 15), 16) "
     "AS DECIMAL(38,0))"
 )
 SCOPE = '("update_at" IS NULL OR "update_at" < %s) AND "_s3rs_deleted_at" IS NULL'

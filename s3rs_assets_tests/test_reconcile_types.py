@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from s3rs_assets.verify import mysql_field, warehouse_field
+from s3rs_assets.verify import (
+    mysql_field,
+    mysql_hash_field,
+    warehouse_field,
+    warehouse_hash_field,
+)
 from s3rs_assets_tests.reconcile_fixtures import Env, copy_to_warehouse, make_env, new_table
 
 #: MySQL column type -> SQL literals inserted (NULL always added)
@@ -28,10 +33,12 @@ TYPES = {
     "float": ["0.1", "1.5e38", "-3.25", "1e-30", "16777216"],
     "double": ["1/7", "1.5e300", "1e-300", "1e15", "123456789012345678", "-0.5", "100000",
                "0.000123"],
-    "date": ["'1970-01-01'", "'9999-12-31'", "'2024-02-29'", "'2024-00-00'", "'2024-02-00'"],
+    "date": ["'1970-01-01'", "'1969-12-31'", "'1900-03-01'", "'9999-12-31'", "'2024-02-29'",
+             "'2024-00-00'", "'2024-02-00'"],
     "datetime(6)": ["'2024-03-10 02:30:00.000001'", "'9999-12-31 23:59:59.999999'",
                     "'2000-01-01 00:00:00'", "'2024-03-10 02:30:10.100000'",
-                    "'2024-03-10 02:30:10'"],  # CAST keeps 6 digits, as TO_CHAR's .US
+                    "'2024-03-10 02:30:10'", "'1969-12-31 23:59:59.500000'",
+                    "'1900-01-01 00:00:00.000001'"],  # negative: floor, not truncation
     "datetime(3)": ["'2024-03-10 02:30:00.120'", "'2024-03-10 02:30:00'"],
     "datetime": ["'2024-03-10 02:30:00'", "'2024-00-15 10:00:00'"],
     "timestamp(6)": ["'2024-03-10 02:30:00.123456'", "'1970-01-02 00:00:00'"],
@@ -62,13 +69,16 @@ def env(mysql_conn, mysql_url, mysql_db, pg_url, s3_resource) -> Env:
     return make_env(mysql_conn, mysql_url, mysql_db, pg_url, s3_resource)
 
 
-def _texts(env, cfg, target, side: str) -> dict[int, str]:
+def _texts(env, cfg, target, side: str, hashed: bool = False) -> dict[int, str]:
+    """The key's text of column v per row (with `hashed`, the row hash's: dates and times
+    as integers)."""
     col = next(c for c in target.columns if c.name == "v")
     if side == "mysql":
-        rows = env.mysql_exec(f"SELECT id, {mysql_field(col)} FROM `{cfg.table}`")
+        f = mysql_hash_field(col) if hashed else mysql_field(col)
+        rows = env.mysql_exec(f"SELECT id, {f} FROM `{cfg.table}`")
     else:
-        rows = env.pg(f'SELECT id, {warehouse_field(col, "postgres")} '
-                      f'FROM "{target.schema}"."{target.table}"')
+        f = warehouse_hash_field(col, "postgres") if hashed else warehouse_field(col, "postgres")
+        rows = env.pg(f'SELECT id, {f} FROM "{target.schema}"."{target.table}"')
     return {int(i): t for i, t in rows}
 
 
@@ -89,6 +99,13 @@ def test_type_prints_alike_and_hashes_alike(env, mysql_type):
     mine, theirs = _texts(env, cfg, target, "mysql"), _texts(env, cfg, target, "pg")
     assert mine == theirs
     assert mine[len(values) - 1] == "N"
+    hashed = _texts(env, cfg, target, "mysql", True)
+    assert hashed == _texts(env, cfg, target, "pg", True)
+    assert hashed[len(values) - 1] == "N"
+    if mysql_type.startswith(("date", "datetime", "timestamp")):  # one integer per value
+        assert len({t for t in hashed.values() if t != "N"}) == len(
+            {t for t in mine.values() if t != "N"}
+        )
     for columns in ("key", "all"):
         report = env.reconcile(cfg, columns=columns, threshold=2)
         assert report.total == 0, (columns, report.as_json()["differences"])
