@@ -78,6 +78,26 @@ def test_an_increment_run_writes_few_events_and_builds_its_job_once(request, mon
 PRIMARY_GETS = 3
 
 
+def synced_then_ten_new_rows(env) -> str:
+    """`cli_orders` synced, then 10 new rows below its safety bound: the next sync is an
+    increment. Returns the table's name."""
+    name = env.name("cli_orders")
+    assert invoke("sync", "-t", name, "--no-progress").exit_code == 0
+    with mysql(env.db) as conn:
+        insert_rows(conn, "cli_orders", [(i, datetime.now() - timedelta(minutes=20))
+                                         for i in range(61, 71)])
+    return name
+
+
+def sync_the_increment(env, name: str) -> None:
+    """`s3rs sync -t name`: one run, and all 70 rows copied and loaded."""
+    r = invoke("sync", "-t", name, "--no-progress")
+    assert r.exit_code == 0, r.output
+    assert r.stdout.count(" succeeded") == 1, r.stdout
+    rec = env.store.read(name, fresh=True)
+    assert rec.mysql_rows_extracted == 70 and rec.redshift_rows_loaded == 70
+
+
 @pytest.mark.usefixtures("orders")
 def test_an_increment_sync_reads_its_record_from_s3_three_times(request, monkeypatch):
     """Counted on the real moto server: every GetObject of the primary the process makes."""
@@ -86,11 +106,7 @@ def test_an_increment_sync_reads_its_record_from_s3_three_times(request, monkeyp
 
     from s3rs_assets.progress import SyncMonitor
 
-    name = env.name("cli_orders")
-    assert invoke("sync", "-t", name, "--no-progress").exit_code == 0
-    with mysql(env.db) as conn:
-        insert_rows(conn, "cli_orders", [(i, datetime.now() - timedelta(minutes=20))
-                                         for i in range(61, 71)])
+    name = synced_then_ten_new_rows(env)
     primary = env.resource.layout.watermark_primary(name)
     gets: list[str] = []
     call = botocore.client.BaseClient._make_api_call
@@ -102,12 +118,8 @@ def test_an_increment_sync_reads_its_record_from_s3_three_times(request, monkeyp
 
     monkeypatch.setattr(botocore.client.BaseClient, "_make_api_call", counted)
     monkeypatch.setattr(SyncMonitor, "INTERVAL", 3600.0)  # only the poll at its stop
-    r = invoke("sync", "-t", name, "--no-progress")
-    assert r.exit_code == 0, r.output
-    assert r.stdout.count(" succeeded") == 1, r.stdout
+    sync_the_increment(env, name)
     assert len(gets) == PRIMARY_GETS, gets
-    rec = env.store.read(name, fresh=True)
-    assert rec.mysql_rows_extracted == 70 and rec.redshift_rows_loaded == 70
 
 
 def test_the_monitor_reads_the_record_only_after_news_from_the_event_log(tmp_path, s3_client,
@@ -156,11 +168,7 @@ def test_an_increment_sync_opens_one_warehouse_connection_per_step(request, monk
 
     import psycopg
 
-    name = env.name("cli_orders")
-    assert invoke("sync", "-t", name, "--no-progress").exit_code == 0
-    with mysql(env.db) as conn:
-        insert_rows(conn, "cli_orders", [(i, datetime.now() - timedelta(minutes=20))
-                                         for i in range(61, 71)])
+    name = synced_then_ten_new_rows(env)
     opened: Counter[str] = Counter()
     connect = psycopg.connect
     where = {"s3rs_assets/load_stage.py": "load", "s3rs_assets/checks.py": "check",
@@ -172,9 +180,5 @@ def test_an_increment_sync_opens_one_warehouse_connection_per_step(request, monk
         return connect(*args, **kwargs)
 
     monkeypatch.setattr(psycopg, "connect", counted)
-    r = invoke("sync", "-t", name, "--no-progress")
-    assert r.exit_code == 0, r.output
-    assert r.stdout.count(" succeeded") == 1, r.stdout
+    sync_the_increment(env, name)
     assert dict(opened) == CONNECTIONS, opened
-    rec = env.store.read(name, fresh=True)
-    assert rec.mysql_rows_extracted == 70 and rec.redshift_rows_loaded == 70
