@@ -7,7 +7,9 @@ real instance and a real run, not timed.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -89,13 +91,16 @@ def synced_then_ten_new_rows(env) -> str:
     return name
 
 
-def sync_the_increment(env, name: str) -> None:
-    """`s3rs sync -t name`: one run, and all 70 rows copied and loaded."""
+def sync_the_increment(env, name: str, counted: Callable[[], Any]) -> Any:
+    """`s3rs sync -t name`: one run, and all 70 rows copied and loaded. Returns what
+    `counted()` says right after the sync, before this reads the record to check it."""
     r = invoke("sync", "-t", name, "--no-progress")
+    got = counted()
     assert r.exit_code == 0, r.output
     assert r.stdout.count(" succeeded") == 1, r.stdout
     rec = env.store.read(name, fresh=True)
     assert rec.mysql_rows_extracted == 70 and rec.redshift_rows_loaded == 70
+    return got
 
 
 @pytest.mark.usefixtures("orders")
@@ -118,8 +123,8 @@ def test_an_increment_sync_reads_its_record_from_s3_three_times(request, monkeyp
 
     monkeypatch.setattr(botocore.client.BaseClient, "_make_api_call", counted)
     monkeypatch.setattr(SyncMonitor, "INTERVAL", 3600.0)  # only the poll at its stop
-    sync_the_increment(env, name)
-    assert len(gets) == PRIMARY_GETS, gets
+    got = sync_the_increment(env, name, lambda: list(gets))
+    assert len(got) == PRIMARY_GETS, got
 
 
 def test_the_monitor_reads_the_record_only_after_news_from_the_event_log(tmp_path, s3_client,
@@ -180,5 +185,5 @@ def test_an_increment_sync_opens_one_warehouse_connection_per_step(request, monk
         return connect(*args, **kwargs)
 
     monkeypatch.setattr(psycopg, "connect", counted)
-    sync_the_increment(env, name)
-    assert dict(opened) == CONNECTIONS, opened
+    got = sync_the_increment(env, name, lambda: dict(opened))
+    assert got == CONNECTIONS, got
