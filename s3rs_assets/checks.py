@@ -49,7 +49,7 @@ from s3rs_assets.resources import MySQLResource, S3Resource
 from s3rs_assets.retry import Retries
 from s3rs_assets.verify import PartitionCheck, verify_table
 from s3rs_assets.waiting import count_windows
-from s3rs_assets.warehouse import WarehouseResource
+from s3rs_assets.warehouse import FirstAttempt, WarehouseResource
 from s3rs_assets.watermark import WatermarkRecord
 
 
@@ -129,17 +129,15 @@ def compare_with_mysql(
     pdef = partitions_def(table)
     windows = synced_windows(pdef, scope, record)
     target = load_target(table, mysql, run_id=run_id)
-    # One warehouse connection for the ledger read and the comparison's first attempt (a
-    # retried attempt gets a new one, as the one that failed may be dead).
-    spare = [warehouse.connect(autocommit=True)]
-    try:
+    # The ledger read runs on the comparison's first connection (connections.FirstAttempt).
+    with FirstAttempt(warehouse.connect(autocommit=True)) as spare:
         if moved_since is not None:
-            moved = loaded_since(warehouse, target, moved_since, spare[0])
+            moved = loaded_since(warehouse, target, moved_since, spare.conn)
             windows = moved_windows(windows, moved)
             scope = [k for k in scope if k in {w[0] for w in windows}]
 
         def compare(conn: Any) -> tuple[list[Any], int]:
-            wconn = spare.pop() if spare else None
+            wconn = spare.take()
             try:
                 return (
                     verify_table(conn, warehouse, target, table, windows, wconn),
@@ -152,9 +150,6 @@ def compare_with_mysql(
         checks, pending = mysql.run(
             f"{table.name}: comparing with the warehouse", compare, Retries(), warn
         )
-    finally:
-        for wconn in spare:
-            wconn.close()
     return scope, matches_mysql_result(scope, checks, pending)
 
 

@@ -32,6 +32,7 @@ from s3rs_assets.config import DatabaseURL
 from s3rs_assets.connections import (
     UNIQUE_VIOLATION,
     Dialect,
+    FirstAttempt,
     WarehouseConnection,
     WarehouseConnector,
     is_driver_error,
@@ -43,6 +44,7 @@ from s3rs_assets.retry import sqlstate
 
 __all__ = [
     "UNIQUE_VIOLATION",
+    "FirstAttempt",
     "Dialect",
     "WarehouseConnection",
     "WarehouseResource",

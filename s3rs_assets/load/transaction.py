@@ -68,6 +68,7 @@ from s3rs_assets.load.target import LoadTarget
 from s3rs_assets.resources import S3Resource
 from s3rs_assets.warehouse import (
     UNIQUE_VIOLATION,
+    FirstAttempt,
     WarehouseConnection,
     WarehouseResource,
     is_driver_error,
@@ -249,10 +250,8 @@ def load_partitions(
         key: LoadResult(table=target.qualified, partition_key=key, dialect=warehouse.dialect)
         for key in parts
     }
-    # One connection for the DDL check and the transaction's first attempt (a new one
-    # costs a PostgreSQL backend, ~20-50 ms; a Redshift connection more): the check runs
-    # in autocommit, the transaction after it does not. A retried attempt gets a new
-    # connection, as the one that failed may be dead.
+    # The DDL check runs on the first attempt's connection, in autocommit; the transaction
+    # after it does not.
     first = warehouse.connect(autocommit=True)
     try:
         ddl = ensure_target(warehouse, target, first)  # once per transaction, not per partition
@@ -260,7 +259,7 @@ def load_partitions(
     except BaseException:
         first.close()
         raise
-    spare = [first]
+    spare = FirstAttempt(first)
     for r in results.values():
         r.ddl = ddl
     observe = checkpoint or (lambda name: None)
@@ -272,7 +271,7 @@ def load_partitions(
     def attempt() -> None:
         for r in results.values():
             r.attempts += 1
-        conn = spare.pop() if spare else warehouse.connect()
+        conn = spare.take() or warehouse.connect()
         try:
             _load_once(conn, s3, warehouse, target, parts, results, observe, before_merge,
                        direct)
@@ -289,27 +288,25 @@ def load_partitions(
             return "warehouse 23505 racing loader"
         return retry.kind(e)
 
-    try:
-        retry.call(
-            attempt,
-            what=f"loading {target.qualified} {what}",
-            retries=retries if retries is not None else retry.Retries(),
-            backoff=retry.Backoff(max_attempts, backoff_seconds),
-            transient=transient,
-            log=log.warning,
-        )
-    except Exception as e:
-        if is_driver_error(e):
-            n = sum(len(f) for f in parts.values())
-            attempts = max((r.attempts for r in results.values()), default=0)
-            raise LoadError(
-                f"loading {n} file(s) into {target.qualified} ({what}) failed after "
-                f"{attempts} attempt(s); nothing was committed: {type(e).__name__}: {e}"
-            ) from e
-        raise
-    finally:
-        for conn in spare:  # never used (no attempt ran)
-            conn.close()
+    with spare:  # closes the first connection if no attempt ran
+        try:
+            retry.call(
+                attempt,
+                what=f"loading {target.qualified} {what}",
+                retries=retries if retries is not None else retry.Retries(),
+                backoff=retry.Backoff(max_attempts, backoff_seconds),
+                transient=transient,
+                log=log.warning,
+            )
+        except Exception as e:
+            if is_driver_error(e):
+                n = sum(len(f) for f in parts.values())
+                attempts = max((r.attempts for r in results.values()), default=0)
+                raise LoadError(
+                    f"loading {n} file(s) into {target.qualified} ({what}) failed after "
+                    f"{attempts} attempt(s); nothing was committed: {type(e).__name__}: {e}"
+                ) from e
+            raise
     if len(parts) == 1:
         next(iter(results.values())).seconds = time.monotonic() - started
     for key, result in results.items():
