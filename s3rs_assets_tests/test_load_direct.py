@@ -10,7 +10,7 @@ from datetime import timedelta
 
 import pytest
 
-from s3rs_assets.connections import WarehouseConnection
+from s3rs_assets.connections import WarehouseConnection, WarehouseConnector
 from s3rs_assets.load import LoadTarget, load_files
 from s3rs_assets.warehouse import WarehouseResource
 from s3rs_assets_tests.test_load import (
@@ -170,3 +170,42 @@ def test_statements_per_load(warehouse, s3_resource, s3_client, bucket, pg_url, 
     assert len(staged_statements) - len(direct_statements) == 3
     assert sum("s3rs_load_ledger" in s for s in direct_statements) == sum(
         "s3rs_load_ledger" in s for s in staged_statements)
+
+
+def test_a_dropped_connection_is_retried_on_a_new_one_and_none_is_left_open(
+        warehouse, s3_resource, s3_client, bucket, pg_url, target, monkeypatch):
+    """The first attempt runs on the connection of the DDL check (connections.FirstAttempt);
+    when the server drops it mid-transaction, the retry opens a new one, the rows land once,
+    and both connections are closed."""
+    files = tied_files(s3_client, bucket, target)
+    opened: list[WarehouseConnection] = []
+    closed: list[int] = []
+    real_connect, real_close = WarehouseConnector.connect, WarehouseConnection.close
+
+    def connect(self, *args, **kw):
+        conn = real_connect(self, *args, **kw)
+        opened.append(conn)
+        return conn
+
+    def close(self) -> None:
+        closed.append(id(self))
+        real_close(self)
+
+    monkeypatch.setattr(WarehouseConnector, "connect", connect)
+    monkeypatch.setattr(WarehouseConnection, "close", close)
+    dropped: list[int] = []
+
+    def drop(name: str) -> None:
+        if name == "after_ledger" and not dropped:
+            dropped.extend(r[0] for r in pg(
+                pg_url, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                        "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                        "AND state LIKE 'idle in transaction%%'"))
+
+    result = load_files(warehouse, s3_resource, target, "d", files, checkpoint=drop,
+                        backoff_seconds=0.0)
+    assert dropped == [True]  # the loader's own backend, inside its transaction
+    assert result.attempts == 2 and result.rows_inserted == 75
+    assert pg(pg_url, f'SELECT count(*), count(DISTINCT id) FROM "{target.schema}".orders') \
+        == [(75, 75)]
+    assert len(opened) == 2 and {id(c) for c in opened} <= set(closed)
