@@ -22,6 +22,7 @@ driver messages are scrubbed of the password before they are re-raised.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import threading
 from collections.abc import Iterable, Iterator
@@ -330,17 +331,31 @@ def _s3_loader(session: Any) -> Any:
     global _LOADER
     with _LOADER_LOCK:
         if _LOADER is None:
-            from botocore.loaders import Loader
+            from botocore.loaders import JSONFileLoader, Loader
 
             class _S3Loader(Loader):
                 def list_available_services(self, type_name: str) -> list[str]:
                     return ["s3"]
 
+            class _PlainJSON(JSONFileLoader):
+                """botocore's JSON files parsed into plain dicts: its loader builds an
+                OrderedDict per JSON object through a Python hook, ~3x slower on the
+                1.2 MB endpoints.json and the S3 model every client's process reads
+                (dicts keep the files' order, and botocore needs nothing else of them)."""
+
+                def _load_file(self, full_path: str, open_method: Any) -> Any:
+                    if not os.path.isfile(full_path):
+                        return None
+                    with open_method(full_path, "rb") as fp:
+                        return json.loads(fp.read().decode("utf-8"))
+
             data_path = session.get_config_variable("data_path")
             # botocore.loaders.create_loader's reading of AWS_DATA_PATH
             extra = [os.path.expanduser(os.path.expandvars(p))
                      for p in (data_path or "").split(os.pathsep)]
-            _LOADER = _S3Loader(extra_search_paths=[p for p in extra if p])
+            _LOADER = _S3Loader(
+                extra_search_paths=[p for p in extra if p], file_loader=_PlainJSON()
+            )
         return _LOADER
 
 
