@@ -41,19 +41,19 @@ HEAVY = (
     "boto3",
     "s3transfer",
 )
-#: modules in sys.modules after the command, measured + ~5% (2026-11-27): 144 (--help),
-#: 459 (watermark get), 523 (watermark list: MySQL's clock for the lag), 495 (verify), 569
-#: (s3clean list), 639 (reconcile: no pyarrow since its repair files import it on use), 518
-#: (status, + ~10%), 640 (an unchanged sync: MySQL probes, the warehouse ledger, S3);
-#: `import dagster` alone brings ~1,400, with dagster-pyspark ~1,900
+#: modules in sys.modules after the command, measured + ~3% (2026-11-27): 144 (--help),
+#: 460 (watermark get), 525 (watermark list: MySQL's clock for the lag), 496 (verify), 570
+#: (s3clean list), 640 (reconcile: no pyarrow since its repair files import it on use), 519
+#: (status), 640 (an unchanged sync: MySQL probes, the warehouse ledger, S3); `import
+#: dagster` alone brings ~1,400, with dagster-pyspark ~1,900
 BOUND = {
-    "--help": 155,
-    "watermark": 550,
-    "verify": 520,
-    "s3clean": 600,
-    "reconcile": 670,
-    "status": 570,
-    "sync": 670,
+    "--help": 150,
+    "watermark": 540,
+    "verify": 510,
+    "s3clean": 590,
+    "reconcile": 660,
+    "status": 535,
+    "sync": 660,
 }
 #: commands that never open MySQL: pymysql (with cryptography, ~50 modules) stays out
 NO_MYSQL = {("watermark", "get"), ("watermark", "--help"), ("s3clean", "list")}
@@ -303,3 +303,21 @@ def test_the_commands_s3_client_reads_with_as_many_threads_as_connections(moto_e
     assert client.meta.config.retries["total_max_attempts"] == 6  # 5 retries, standard mode
     plain = botocore.session.Session().create_client("s3")
     assert threads(plain) == plain.meta.config.max_pool_connections == 10  # botocore's
+
+
+def test_the_cli_skips_pydantic_plugin_discovery():
+    """pydantic scans every installed distribution's entry points for plugins when it builds
+    its first validator (~35 ms of a reading command's CPU); the CLI turns that off unless
+    PYDANTIC_DISABLE_PLUGINS is set, and a setting of the user's is kept."""
+    code = (
+        "import s3rs_assets.cli, os, pydantic.plugin._loader as loader\n"
+        "from s3rs_assets.watermark import WatermarkRecord\n"
+        "WatermarkRecord.new('a.b')\n"
+        "print(os.environ['PYDANTIC_DISABLE_PLUGINS'], loader._plugins is None)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.stdout.split() == ["__all__", "True"], out.stderr
+    env["PYDANTIC_DISABLE_PLUGINS"] = "none"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.stdout.split() == ["none", "False"], out.stderr  # scanned: found none
