@@ -303,21 +303,3 @@ def test_the_commands_s3_client_reads_with_as_many_threads_as_connections(moto_e
     assert client.meta.config.retries["total_max_attempts"] == 6  # 5 retries, standard mode
     plain = botocore.session.Session().create_client("s3")
     assert threads(plain) == plain.meta.config.max_pool_connections == 10  # botocore's
-
-
-def test_the_cli_skips_pydantic_plugin_discovery():
-    """pydantic scans every installed distribution's entry points for plugins when it builds
-    its first validator (~35 ms of a reading command's CPU); the CLI turns that off unless
-    PYDANTIC_DISABLE_PLUGINS is set, and a setting of the user's is kept."""
-    code = (
-        "import s3rs_assets.cli, os, pydantic.plugin._loader as loader\n"
-        "from s3rs_assets.watermark import WatermarkRecord\n"
-        "WatermarkRecord.new('a.b')\n"
-        "print(os.environ['PYDANTIC_DISABLE_PLUGINS'], loader._plugins is None)\n"
-    )
-    env = {k: v for k, v in os.environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    assert out.stdout.split() == ["__all__", "True"], out.stderr
-    env["PYDANTIC_DISABLE_PLUGINS"] = "none"
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    assert out.stdout.split() == ["none", "False"], out.stderr  # scanned: found none

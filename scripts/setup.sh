@@ -89,8 +89,8 @@ else
 fi
 # s3rs's own bytecode, written every time (cheap, only what changed): an editable install
 # compiles none, and where PYTHONDONTWRITEBYTECODE is set every `s3rs` command compiled its
-# ~40 modules from source again (~0.1 s of CPU per start; stale files are recompiled in
-# memory, never trusted)
+# 30-40 modules from source again (~45 ms of CPU for `watermark get`; a stale file is
+# compiled in memory, never trusted)
 "$PY" -m compileall -q s3rs_assets >/dev/null || say "note: compileall s3rs_assets failed (harmless)"
 
 # ---------------------------------------------------------------------------- 2. java

@@ -43,12 +43,6 @@ from s3rs_assets.errors import S3rsError
 
 __all__ = ["main"]
 
-# pydantic looks for plugins (the `pydantic` entry points of every installed distribution,
-# ~150 here) when it builds its first validator: ~35 ms of CPU in every command that reads
-# a watermark record, for plugins s3rs has none of. An explicit setting is kept
-# (PYDANTIC_DISABLE_PLUGINS=none, or a plugin name, loads the others).
-os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
-
 #: command name -> (module, attribute): each module is imported when its command runs, so
 #: a command imports only what it needs (`reconcile` neither Dagster nor Spark)
 COMMANDS = {
