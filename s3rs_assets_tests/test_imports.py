@@ -41,19 +41,19 @@ HEAVY = (
     "boto3",
     "s3transfer",
 )
-#: modules in sys.modules after the command, measured + ~5% (2026-11-27): 144 (--help),
-#: 459 (watermark get), 523 (watermark list: MySQL's clock for the lag), 495 (verify), 569
-#: (s3clean list), 639 (reconcile: no pyarrow since its repair files import it on use), 518
-#: (status, + ~10%), 640 (an unchanged sync: MySQL probes, the warehouse ledger, S3);
-#: `import dagster` alone brings ~1,400, with dagster-pyspark ~1,900
+#: modules in sys.modules after the command, measured + ~3% (2026-11-27): 144 (--help),
+#: 460 (watermark get), 525 (watermark list: MySQL's clock for the lag), 496 (verify), 570
+#: (s3clean list), 640 (reconcile: no pyarrow since its repair files import it on use), 519
+#: (status), 640 (an unchanged sync: MySQL probes, the warehouse ledger, S3); `import
+#: dagster` alone brings ~1,400, with dagster-pyspark ~1,900
 BOUND = {
-    "--help": 155,
-    "watermark": 550,
-    "verify": 520,
-    "s3clean": 600,
-    "reconcile": 670,
-    "status": 570,
-    "sync": 670,
+    "--help": 150,
+    "watermark": 540,
+    "verify": 510,
+    "s3clean": 590,
+    "reconcile": 660,
+    "status": 535,
+    "sync": 660,
 }
 #: commands that never open MySQL: pymysql (with cryptography, ~50 modules) stays out
 NO_MYSQL = {("watermark", "get"), ("watermark", "--help"), ("s3clean", "list")}

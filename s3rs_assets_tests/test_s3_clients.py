@@ -109,3 +109,23 @@ def test_the_resource_and_the_connector_build_the_same_client(bucket: str) -> No
         assert cfg.max_pool_connections == S3_POOL
         assert cfg.retries == {"total_max_attempts": S3_MAX_ATTEMPTS + 1, "mode": "standard"}
         client.list_objects_v2(Bucket=bucket)
+
+
+def test_the_shared_loader_reads_botocores_data_unchanged():
+    """connections' loader parses botocore's JSON into plain dicts (its own builds an
+    OrderedDict per object, ~3x slower): the same data, in the same order."""
+    import json
+
+    import botocore.session
+    from botocore.loaders import Loader
+
+    from s3rs_assets.connections import _s3_loader
+
+    shared = _s3_loader(botocore.session.Session())
+    # fresh instances: the shared one's cache holds data botocore's resolvers have used
+    ours, theirs = type(shared)(file_loader=shared.file_loader), Loader()
+    for name in ("endpoints", "partitions", "sdk-default-configuration", "_retry"):
+        assert json.dumps(ours.load_data(name)) == json.dumps(theirs.load_data(name)), name
+    for kind in ("service-2", "endpoint-rule-set-1", "paginators-1", "waiters-2"):
+        a, b = ours.load_service_model("s3", kind), theirs.load_service_model("s3", kind)
+        assert json.dumps(a) == json.dumps(b), kind

@@ -277,3 +277,21 @@ def test_nullable_primary_key_columns_are_refused_by_name(shapes, mysql_db):
     with pytest.raises(SourceSchemaError, match=r"primary_key column\(s\) \['code'\] .*NULL"):
         describe(shapes, table_cfg(mysql_db, "nullable_key", primary_key=["id", "code"]))
     describe(shapes, table_cfg(mysql_db, "nullable_key", primary_key=["id"]))
+
+
+def test_the_preferred_tls_context_is_pymysqls_without_the_ca_store(mysql_url):
+    """connections.preferred_tls_context stands for pymysql's preferred-mode context (no
+    TLS option given): the same settings, minus the system CA store CERT_NONE never reads;
+    a connection made with it answers."""
+    from s3rs_assets.connections import MySQLConnector, preferred_tls_context
+
+    ours = preferred_tls_context()
+    theirs = pymysql.connections.Connection._create_ssl_ctx(None, {})
+    for attr in ("protocol", "verify_mode", "check_hostname", "verify_flags", "options",
+                 "minimum_version", "maximum_version"):
+        assert getattr(ours, attr) == getattr(theirs, attr), attr
+    assert [c["name"] for c in ours.get_ciphers()] == [c["name"] for c in theirs.get_ciphers()]
+    assert ours.cert_store_stats()["x509_ca"] == 0
+    with MySQLConnector(url=mysql_url).connection() as conn, conn.cursor() as cur:
+        cur.execute("SELECT 1")
+        assert cur.fetchone() == (1,)

@@ -87,6 +87,11 @@ else
   echo "$want" >"$STAMP"
   say "ok: venv installed (log: .local/pip-install.log)"
 fi
+# s3rs's own bytecode, written every time (cheap, only what changed): an editable install
+# compiles none, and where PYTHONDONTWRITEBYTECODE is set every `s3rs` command compiled its
+# 30-40 modules from source again (~45 ms of CPU for `watermark get`; a stale file is
+# compiled in memory, never trusted)
+"$PY" -m compileall -q s3rs_assets >/dev/null || say "note: compileall s3rs_assets failed (harmless)"
 
 # ---------------------------------------------------------------------------- 2. java
 java_major() {
