@@ -11,7 +11,14 @@ import pytest
 from s3rs_assets import demo_data
 from s3rs_assets.errors import SourceSchemaError
 from s3rs_assets.io_manager import store_for
-from s3rs_assets.types import SourceColumn, column_type, select_expr, zero_dates_expr
+from s3rs_assets.types import (
+    SourceColumn,
+    column_type,
+    count_zero_dates,
+    select_expr,
+    zero_date_columns,
+    zero_dates_expr,
+)
 from s3rs_assets_tests.helpers import backup, manifest_keys, read_parquet, resources, table_cfg
 
 END = datetime(2025, 5, 1, 18, 0)
@@ -153,10 +160,25 @@ def test_readers_select_what_they_can_decode_exactly():
 
 def test_zero_dates_are_counted_in_non_key_date_columns():
     cols = [SourceColumn("id", "int", "int"), SourceColumn("u", "datetime", "datetime(6)"),
-            SourceColumn("d", "date", "date"), SourceColumn("n", "varchar", "varchar(3)")]
-    assert zero_dates_expr(cols, ("u", "id")) == (
-        "(IF((MONTH(`d`) = 0 OR DAYOFMONTH(`d`) = 0), 1, 0)) AS `s3rs_zero_dates`")
-    assert zero_dates_expr(cols, ("u", "d")) is None
+            SourceColumn("d", "date", "date"), SourceColumn("n", "varchar", "varchar(3)"),
+            SourceColumn("m", "datetime", "datetime", nullable=False)]
+    assert zero_date_columns(cols, ("u", "id")) == ["d", "m"]
+    # MySQL's own NULLs of the nullable ones: no second date check per row on the server
+    assert zero_dates_expr(cols, ("u", "id")) == "((`d` IS NULL)) AS `s3rs_null_dates`"
+    assert zero_dates_expr(cols, ("u", "d", "id")) == "(0) AS `s3rs_null_dates`"
+    assert zero_dates_expr(cols[:3], ("u", "d")) is None
+
+
+def test_zero_dates_are_the_nulls_read_beyond_mysqls_own():
+    """d: 1 real NULL + 2 zero dates read as NULL; m (NOT NULL): 1 zero date."""
+    batch = pa.table({
+        "d": pa.array([None, None, None, date(2025, 1, 1)], pa.date32()),
+        "m": pa.array([None, datetime(2025, 1, 1), datetime(2025, 1, 2), None],
+                      pa.timestamp("us")),
+        "s3rs_null_dates": pa.array([1, 0, 0, 0], pa.int16()),
+    })
+    assert count_zero_dates(batch, ["d", "m"]) == 4
+    assert count_zero_dates(batch.drop_columns(["s3rs_null_dates"]), ["d", "m"]) == 0
 
 
 @pytest.mark.parametrize(

@@ -27,8 +27,8 @@ from s3rs_assets.cursor import SubRange, position_token
 from s3rs_assets.errors import ConfigError, IntegrityError
 from s3rs_assets.source import SourceTable
 from s3rs_assets.types import (
-    ZERO_DATES_COLUMN,
     arrow_schema,
+    count_zero_dates,
     decimal_from_unscaled,
     reads_unscaled,
 )
@@ -79,6 +79,7 @@ class WriteSpec:
     session_setup: tuple[str, ...] = ()  # connectorx: run first on its connection (clock.py)
     cursor_date: bool = False  # a DATE cursor: the manifest's cursor range is date32
     unscaled: tuple[str, ...] = ()  # connectorx: DECIMAL columns selected as v * 10^s
+    date_columns: tuple[str, ...] = ()  # whose zero dates are read as NULL and counted
 
 
 def _client(cfg: dict[str, Any]) -> Any:
@@ -127,9 +128,7 @@ def store_object(
     import pyarrow.compute as pc
 
     schema = pa.ipc.read_schema(pa.py_buffer(spec.schema_ipc))
-    zero_dates = 0
-    if ZERO_DATES_COLUMN in table.column_names:  # counted, then left out of the file
-        zero_dates = int(pc.sum(table.column(ZERO_DATES_COLUMN).cast(pa.int64())).as_py() or 0)
+    zero_dates = count_zero_dates(table, spec.date_columns)  # its column is left out
     # cast() refuses lossy conversions (e.g. a decimal that would need rounding)
     columns = []
     for f in schema:
@@ -280,6 +279,7 @@ class Extractor:
             s3=self.s3.task_config(),
             keys=tuple(self.object_key(i.partition_key, i.rows.start) for i in items),
             cursor_date=self.src.cursor_is_date,
+            date_columns=tuple(self.src.zero_date_columns()),
         )
         if self.reader == "connectorx":
             spec = replace(

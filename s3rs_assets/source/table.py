@@ -18,6 +18,7 @@ from s3rs_assets.types import (
     column_type,
     invalid_date,
     select_expr,
+    zero_date_columns,
     zero_dates_expr,
 )
 
@@ -47,6 +48,10 @@ class SourceTable:
     @property
     def qualified(self) -> str:
         return mysql_table(self.schema, self.table)
+
+    def zero_date_columns(self) -> list[str]:
+        """The columns whose zero dates `select_list` reads as NULL and counts."""
+        return zero_date_columns(self.columns, (self.cursor, *self.primary_key))
 
     def select_list(self, reader: str = "jdbc") -> str:
         """What a reader selects: every carried column, then the zero-date count."""
