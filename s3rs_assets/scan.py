@@ -133,6 +133,7 @@ def read_records(
     direct: bool = False,
     disk: Pack | None = None,
     copies: set[str] | None = None,
+    logged: set[str] | None = None,
     parse: Callable[[str, bytes], WatermarkRecord] | None = None,
 ) -> dict[str, WatermarkRecord | None | WatermarkError]:
     """name -> its record, None (never synced) or the WatermarkError reading it raised.
@@ -142,7 +143,9 @@ def read_records(
     as a run would start from it; with `copies`, the tables with a daily or session copy
     listed once for the fleet (`store.tables_with_copies`), a table with neither a listed
     primary nor a copy searches only the event log, the last recovery source, and is None
-    when that holds nothing: no S3 request of its own). With `direct` (a one-off look:
+    when that holds nothing: no S3 request of its own; with `logged` too, the tables the
+    event log may hold (`watermark_eventlog.tables_with_events`, one query for the fleet),
+    one outside it is None without a search). With `direct` (a one-off look:
     `s3rs status`) the primary itself is read, no recovery search: a missing one is None,
     an invalid one its error (restoring is the guard's job); `etags` None means no LIST was
     made and every primary is fetched. `disk` (a `body_cache.Pack`) answers a direct read
@@ -174,7 +177,7 @@ def read_records(
             etag is None
             and copies is not None
             and name not in copies
-            and not _in_event_log(store, name)
+            and ((logged is not None and name not in logged) or not _in_event_log(store, name))
         ):
             return None
         if direct:
