@@ -10,10 +10,13 @@ query or an S3 GET per table per look is minutes, not seconds (issue 18). So:
   schema and key shape (`rows_at`), not two probes per table;
 * which tables have a primary watermark is one LIST (a page per 1,000 tables), so a
   missing record is "never synced" without a recovery search (`primary_etags`);
-* records are read by as many threads as the S3 client's connection pool holds
-  (`threads`: botocore's default is 10; `connections.S3Connector` builds its client with
-  a pool of S3_POOL = 32, so `s3rs status` reads with 32): more threads than connections
-  would open and drop a connection per read. A long-lived process (the
+* records are read by READ_THREADS (8) threads, fewer when the S3 client's connection pool
+  holds fewer (`threads`; more threads than connections would open and drop a connection
+  per read). Each read is ~1.7 ms of this process's CPU (botocore: signing, hooks, the
+  response's headers; the record's parse is ~0.04 ms) held under the GIL, so more threads
+  do not read faster: measured over 1,800 GETs from a moto server, 4 to 8 threads cost the
+  least CPU per GET in both processes (32: ~10-25% more, the GIL and the server's threads
+  contending) for the same wall time. A long-lived process (the
   sensors' code server) keeps each record with its ETag: a record that did not change
   since the last tick is not read again (`RecordCache`); a CLI process (`s3rs status`)
   keeps the bodies on disk instead (`body_cache.BodyCache`), used only when the body's MD5
@@ -33,7 +36,6 @@ from typing import Any
 import pymysql
 
 from s3rs_assets.body_cache import Pack
-from s3rs_assets.connections import S3_POOL
 from s3rs_assets.cursor import after, below
 from s3rs_assets.errors import WatermarkError
 from s3rs_assets.identifiers import mysql_quote
@@ -42,6 +44,9 @@ from s3rs_assets.watermark.record import Position, WatermarkRecord
 from s3rs_assets.watermark.store import WatermarkStore
 
 CHUNK = 500  # tables in one UNION ALL statement
+#: concurrent record reads (module docstring): enough to keep requests in flight while
+#: others are parsed, few enough that the GIL is not handed around 32 threads
+READ_THREADS = 8
 
 
 def _as_datetime(value: Any) -> datetime | None:
@@ -111,10 +116,10 @@ class RecordCache:
 
 
 def threads(client: Any) -> int:
-    """Threads for concurrent reads through `client`: as many as its connection pool holds
-    (S3_POOL for connections.s3_client's), at most S3_POOL (more threads than connections
-    would open and drop one per read)."""
-    return max(1, min(S3_POOL, client.meta.config.max_pool_connections))
+    """Threads for concurrent reads through `client`: READ_THREADS, fewer when its
+    connection pool holds fewer (more threads than connections would open and drop one per
+    read)."""
+    return max(1, min(READ_THREADS, client.meta.config.max_pool_connections))
 
 
 def read_records(
@@ -128,6 +133,7 @@ def read_records(
     direct: bool = False,
     disk: Pack | None = None,
     copies: set[str] | None = None,
+    logged: set[str] | None = None,
     parse: Callable[[str, bytes], WatermarkRecord] | None = None,
 ) -> dict[str, WatermarkRecord | None | WatermarkError]:
     """name -> its record, None (never synced) or the WatermarkError reading it raised.
@@ -137,7 +143,9 @@ def read_records(
     as a run would start from it; with `copies`, the tables with a daily or session copy
     listed once for the fleet (`store.tables_with_copies`), a table with neither a listed
     primary nor a copy searches only the event log, the last recovery source, and is None
-    when that holds nothing: no S3 request of its own). With `direct` (a one-off look:
+    when that holds nothing: no S3 request of its own; with `logged` too, the tables the
+    event log may hold (`watermark_eventlog.tables_with_events`, one query for the fleet),
+    one outside it is None without a search). With `direct` (a one-off look:
     `s3rs status`) the primary itself is read, no recovery search: a missing one is None,
     an invalid one its error (restoring is the guard's job); `etags` None means no LIST was
     made and every primary is fetched. `disk` (a `body_cache.Pack`) answers a direct read
@@ -169,7 +177,7 @@ def read_records(
             etag is None
             and copies is not None
             and name not in copies
-            and not _in_event_log(store, name)
+            and ((logged is not None and name not in logged) or not _in_event_log(store, name))
         ):
             return None
         if direct:

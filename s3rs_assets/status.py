@@ -40,7 +40,8 @@ ALLOWED_SLACK = timedelta(hours=1)
 #: states that make `s3rs status` exit 1 (a person should look)
 BAD = ("behind", "failed", "never_synced")
 #: from this many tables on, records are found by one LIST (and their ETags checked against
-#: the body cache); fewer are one round of GETs by the client's S3_POOL threads
+#: the body cache); fewer are GETs (a missing record answers 404), which a LIST before them
+#: would only lengthen
 LIST_AT = S3_POOL
 
 
@@ -158,14 +159,15 @@ def read_for_status(
     shows, i.e. when no archived partition was loaded in the last day (the record is then
     checked as stored, `check(folded=True)`: its kept partitions, the reference's totals
     for the rest; the archive's own integrity is checked by every run and the guard).
-    Otherwise, or for a reference written before summaries, the whole record, as any read."""
+    Otherwise, or for a reference written before summaries, the whole record, as any read
+    (`store._parse`), from the one parse of the body."""
     rec = WatermarkRecord.from_json(body, table_name=table)
     summary = _summary(rec)
     day_ago = now_utc - timedelta(days=1)
     if summary is None or (
         summary.last_loaded_at is not None and _aware(summary.last_loaded_at) >= day_ago
     ):
-        return store._parse(table, body, None)
+        return store._merged(table, rec).check(table_name=table)
     return rec.check(table_name=table, folded=True)
 
 

@@ -9,6 +9,7 @@ backup are gone is still recovered from the instance. `WatermarkStore` takes the
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 import dagster as dg
@@ -65,6 +66,22 @@ def event_log_watermark(
     if whole is not None:
         record.update({k: whole[1][k] for k in LOAD_FIELDS if k in whole[1]})
     return json.dumps(record)
+
+
+def tables_with_events(instance: dg.DagsterInstance, tables: Iterable[str]) -> set[str]:
+    """The tables among `tables` whose stage assets have any event in the instance's asset
+    index: one query for all of them. Only these can have a record in the event log
+    (`event_log_watermark` reads the materializations of those two assets); a sensor tick
+    over 2,000 tables asked the three searches of each table without a primary or copy
+    (~12 ms CPU each on SQLite: 2.4 s for 200 tables) to learn, for almost all, nothing."""
+    by_key = {key: table for table in tables for key in stage_keys(table)}
+    if not by_key:
+        return set()
+    return {
+        by_key[rec.asset_entry.asset_key]
+        for rec in instance.get_asset_records(list(by_key))
+        if rec.asset_entry.asset_key in by_key
+    }
 
 
 def event_log_fallback(instance: dg.DagsterInstance) -> EventLogFallback:

@@ -28,14 +28,22 @@ D = datetime(2025, 3, 4)
 
 
 class Calls:
-    """MySQL statements and S3 requests made while `counting` (any connection, any client)."""
+    """MySQL statements, S3 requests and event-log searches (materializations fetched)
+    made while `counting` (any connection, any client, any instance)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.on = False
         self.sql: list[str] = []
         self.s3: Counter[str] = Counter()
+        self.searches = 0
         execute = pymysql.cursors.Cursor.execute
         api_call = botocore.client.BaseClient._make_api_call
+        fetch = dg.DagsterInstance.fetch_materializations
+
+        def counted_fetch(instance, *args, **kwargs):
+            if self.on:
+                self.searches += 1
+            return fetch(instance, *args, **kwargs)
 
         def counted_execute(cur, query, args=None):
             if self.on:
@@ -49,9 +57,10 @@ class Calls:
 
         monkeypatch.setattr(pymysql.cursors.Cursor, "execute", counted_execute)
         monkeypatch.setattr(botocore.client.BaseClient, "_make_api_call", counted_call)
+        monkeypatch.setattr(dg.DagsterInstance, "fetch_materializations", counted_fetch)
 
     def run(self, fn):
-        self.sql, self.s3, self.on = [], Counter(), True
+        self.sql, self.s3, self.searches, self.on = [], Counter(), 0, True
         try:
             return fn()
         finally:
@@ -156,6 +165,8 @@ def test_guard_reads_every_record_once(
         # and session) copies are each listed once for the whole fleet
         assert calls.s3["GetObject"] == 20
         assert calls.s3["ListObjectsV2"] == 2
+        # nor an event-log search: the event log's asset index answered for all at once
+        assert calls.searches == 0
 
         # the next tick: the primaries validated by their ETag are not read again
         again = calls.run(lambda: s.tick(WATERMARK_GUARD))
@@ -197,6 +208,8 @@ def never_synced_tick(calls: Calls, schemas, n: int, mysql_url, s3_resource):
     with dg.instance_for_test() as instance:
         s = Sensors(cfgs, instance, res_for(mysql_url, s3_resource))
         tick = calls.run(lambda: s.tick(NEW_DATA))
+    # nor an event-log search of its own: the asset index answered for all of them at once
+    assert calls.searches == 0
     return calls.sql, calls.s3, {r.tags[TABLE_TAG]: r for r in tick.run_requests}, cfgs[-n:]
 
 
@@ -205,7 +218,8 @@ def test_never_synced_tables_cost_no_statements_of_their_own(
 ):
     """Issue 18: the first and newest rows of the tables with new rows are asked in one
     UNION ALL per schema and key shape, not two probes per table, and a table with no
-    primary and no copy costs no S3 request (the copies are listed once for the fleet);
+    primary and no copy costs no S3 request (the copies are listed once for the fleet) and
+    no event-log search (the asset index is asked once for the fleet);
     the requests are those the per-table probes (source.first_row, last_row) give."""
     from s3rs_assets.cursor import position_token
     from s3rs_assets.source import describe, first_row, last_row

@@ -289,17 +289,23 @@ def test_plain_windows_are_dagsters_or_refuse(tz):
         PlainPartitions("daily", SIZES["daily"], tz)
 
 
-def test_the_commands_s3_client_reads_with_as_many_threads_as_connections(moto_endpoint):
+def test_the_commands_s3_client_reads_with_no_more_threads_than_connections(moto_endpoint):
     """`s3rs status` reads records through S3Connector's client: its pool holds S3_POOL
-    connections and read_records uses that many threads; a client with botocore's default
-    pool (dagster-aws's) gets no more threads than its 10 connections."""
+    connections and read_records uses READ_THREADS of them; a client with a pool smaller
+    than READ_THREADS gets no more threads than its connections."""
     import botocore.session
+    from botocore.config import Config
 
     from s3rs_assets.connections import S3_POOL, S3Connector
-    from s3rs_assets.scan import threads
+    from s3rs_assets.scan import READ_THREADS, threads
 
     client = S3Connector(bucket="unused").client()
-    assert client.meta.config.max_pool_connections == S3_POOL == threads(client) == 32
+    assert client.meta.config.max_pool_connections == S3_POOL == 32
+    assert threads(client) == READ_THREADS == 8
     assert client.meta.config.retries["total_max_attempts"] == 6  # 5 retries, standard mode
     plain = botocore.session.Session().create_client("s3")
-    assert threads(plain) == plain.meta.config.max_pool_connections == 10  # botocore's
+    assert threads(plain) == READ_THREADS < plain.meta.config.max_pool_connections == 10
+    small = botocore.session.Session().create_client(
+        "s3", config=Config(max_pool_connections=3)
+    )
+    assert threads(small) == 3

@@ -129,3 +129,36 @@ def test_the_shared_loader_reads_botocores_data_unchanged():
     for kind in ("service-2", "endpoint-rule-set-1", "paginators-1", "waiters-2"):
         a, b = ours.load_service_model("s3", kind), theirs.load_service_model("s3", kind)
         assert json.dumps(a) == json.dumps(b), kind
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "Fri, 27 Nov 2026 12:51:03 GMT",  # a GET's Last-Modified header
+        "2026-11-27T12:51:03.000Z",  # a LIST's LastModified
+        "2026-11-27T12:51:03.123456Z",
+        "Fri, 27 Nov 2026 12:51:03 -0000",
+        "Fri, 27 Nov 2026 13:51:03 +0100",
+        "2026-11-27T12:51:03+00:00",
+        1795783863,
+        "1795783863",
+    ],
+)
+def test_s3_timestamps_parse_as_botocore_parses_them(value: Any) -> None:
+    """`s3_timestamp` (no dateutil) answers what botocore's own parser answers."""
+    from botocore.utils import parse_timestamp
+
+    from s3rs_assets.connections import s3_timestamp
+
+    assert s3_timestamp(value) == parse_timestamp(value)
+    assert s3_timestamp(value).utcoffset().total_seconds() == 0
+
+
+def test_the_clients_timestamps_are_aware_utc_datetimes(bucket: str) -> None:
+    """A GET's and a LIST's LastModified, through the client's parser, are one instant."""
+    client = S3Connector(bucket=bucket).client()
+    client.put_object(Bucket=bucket, Key="ts/one", Body=b"x")
+    got = client.get_object(Bucket=bucket, Key="ts/one")["LastModified"]
+    listed = client.list_objects_v2(Bucket=bucket, Prefix="ts/")["Contents"][0]["LastModified"]
+    assert got.utcoffset().total_seconds() == listed.utcoffset().total_seconds() == 0
+    assert got == listed.replace(microsecond=0)

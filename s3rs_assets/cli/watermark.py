@@ -299,8 +299,8 @@ def watermark_list(as_json: bool) -> None:
 def _list_rows(
     store: Any, tables: list[TableConfig], source_now: datetime | None, wall: datetime
 ) -> list[dict[str, Any]]:
-    """`_list_row` of every table, in order; the records are read by as many threads as the
-    S3 client's connection pool holds (scan.threads): one GET each, concurrently."""
+    """`_list_row` of every table, in order; the records are read by `scan.threads`
+    threads: one GET each, concurrently."""
     from concurrent.futures import ThreadPoolExecutor
 
     from s3rs_assets.scan import threads

@@ -16,8 +16,10 @@ The clock only moves on, so a cursor that was not in its future still is not.
 
 A table without a listed primary was never synced, unless a copy or the event log holds
 its record: the daily and session copies are listed once per tick for the whole fleet
-(`tables_with_copies`), so a never-synced table costs no S3 request of its own; one with a
-copy, or whose listing failed, goes through the whole recovery search. A primary or copy
+(`tables_with_copies`), so a never-synced table costs no S3 request of its own, and the
+event log's asset index is asked once for all of them (`tables_with_events`), so it costs
+no event-log search either; one with a copy or an event, or whose listing failed, goes
+through the whole recovery search. A primary or copy
 written after the tick's listings is seen by the next tick (nothing is written for a table
 found never synced).
 """
@@ -51,6 +53,7 @@ from s3rs_assets.source import (
 from s3rs_assets.watermark import iso
 from s3rs_assets.watermark.reports import RecoveryReport
 from s3rs_assets.watermark.store import S3_ERRORS, WatermarkStore
+from s3rs_assets.watermark_eventlog import tables_with_events
 
 #: concurrent record reads per tick (2,000 tables: issue 18); within the S3 client's pool
 GUARD_WORKERS = 10
@@ -109,9 +112,15 @@ def check_listed(
     return c
 
 
-def check_unlisted(store: WatermarkStore, table: str, now: datetime | None) -> WatermarkCheck:
+def check_unlisted(
+    store: WatermarkStore, table: str, now: datetime | None, logged: set[str] | None = None
+) -> WatermarkCheck:
     """A table with neither a listed primary nor a listed copy: never synced, unless the
-    event log (the last recovery source) holds its record."""
+    event log (the last recovery source) holds its record. `logged`, when known, are the
+    tables the event log may hold (`tables_with_events`): any other is never synced
+    without a search of its own."""
+    if logged is not None and table not in logged:
+        return WatermarkCheck(table, "never_synced", "no watermark anywhere (never synced)")
     fallback = store.event_log_fallback
     try:
         found = fallback(table) if fallback is not None else None
@@ -164,10 +173,19 @@ def build_watermark_guard(tables: Sequence[TableConfig]) -> dg.SensorDefinition:
                     copies = store.tables_with_copies()
             except S3_ERRORS:
                 copies = None
+        # which unlisted tables the event log may hold: one query, not three per table
+        logged: set[str] | None = None
+        if copies is not None:
+            try:
+                logged = tables_with_events(
+                    context.instance, [n for n in by_name if n not in listed and n not in copies]
+                )
+            except Exception:  # noqa: BLE001 - each table's own search then says what fails
+                logged = None
 
         def check(name: str) -> WatermarkCheck:
             if copies is not None and name not in listed and name not in copies:
-                return check_unlisted(store, name, now)
+                return check_unlisted(store, name, now, logged)
             return check_listed(store, name, listed.get(name), now)
 
         # S3 round trips dominate: records are read by GUARD_WORKERS threads (the store is

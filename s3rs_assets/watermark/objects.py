@@ -196,7 +196,11 @@ class StoreBase:
     def _whole(self, table: str, body: bytes) -> WatermarkRecord:
         """Parse a stored body and merge its archived partitions back (archive.py); not
         checked. The archive is read once per process (it is immutable)."""
-        rec = WatermarkRecord.from_json(body, table_name=table)
+        return self._merged(table, WatermarkRecord.from_json(body, table_name=table))
+
+    def _merged(self, table: str, rec: WatermarkRecord) -> WatermarkRecord:
+        """A parsed record with its archived partitions merged back (`_whole` of a body
+        already parsed: `s3rs status` parses it once, then decides whether to expand)."""
         ref = rec._archive
         if ref is not None and ref.key != self.layout.watermark_archive(table, ref.sha256[:32]):
             raise WatermarkError(
