@@ -4,7 +4,7 @@
 driver would be planning. Prints wall times, the Python workers' CPU seconds and module
 counts (counts are what to compare on a loaded machine).
 
-    python benchmarks/cold_start.py ENDPOINT BUCKET [PLAN_SECONDS]
+    python benchmarks/cold_start.py ENDPOINT BUCKET [PLAN_SECONDS [sync]]
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ import time
 from typing import Any
 
 
-def _workers_cpu() -> tuple[int, float]:
-    """Processes running pyspark's daemon/workers and their CPU seconds (user+system)."""
+def _workers_cpu(marker: bytes = b"pyspark.daemon") -> tuple[int, float]:
+    """Processes of this driver running pyspark's daemon/workers (or the JVM: b"java")
+    and their CPU seconds (user+system)."""
     tick = os.sysconf("SC_CLK_TCK")
     stats: dict[int, list[str]] = {}
     cmds: dict[int, bytes] = {}
@@ -41,7 +42,8 @@ def _workers_cpu() -> tuple[int, float]:
 
     n, cpu = 0, 0.0
     for pid, fields in stats.items():
-        if b"pyspark.daemon" in cmds.get(pid, b"") and ours(pid):
+        cmd = cmds.get(pid, b"")
+        if (marker in cmd.split(b"\0")[0] if marker == b"java" else marker in cmd) and ours(pid):
             n += 1  # utime + stime + the exited children's (workers the daemon reaped)
             cpu += sum(int(x) for x in fields[11:15]) / tick
     return n, cpu
@@ -58,6 +60,7 @@ def _probe(batches: Any) -> Any:
         "modules": [len(_sys.modules)],
         "dagster": ["dagster" in _sys.modules],
         "boto3": ["boto3" in _sys.modules],
+        "pandas": ["pandas" in _sys.modules],
     })
 
 
@@ -72,7 +75,13 @@ def main() -> None:
     out: dict[str, Any] = {}
     t0 = time.perf_counter()
     res = SparkResource(spark_config=spark_defaults("local[2]"))
-    session = res.spark_session  # getOrCreate + warm-up (sync before, background after)
+    if len(sys.argv) > 4 and sys.argv[4] == "sync":  # the warm-up waited for, as before
+        from s3rs_assets.resources import get_spark, warm_up
+
+        session = get_spark(res)
+        warm_up(session)
+    else:
+        session = res.spark_session  # getOrCreate + warm-up (sync before, background after)
     out["session_s"] = round(time.perf_counter() - t0, 2)
     time.sleep(plan)  # the driver's planning (MySQL probes), if any
     schema = pa.schema([("id", pa.int64()), ("ts", pa.timestamp("us"))])
@@ -88,19 +97,26 @@ def main() -> None:
     df = session.range(0, 2, numPartitions=2).selectExpr(
         "id", "timestamp'2026-01-01 00:00:00' as ts"
     )
+    jvm0, w0 = _workers_cpu(b"java")[1], _workers_cpu()[1]
     t1 = time.perf_counter()
     manifest = ("part int, key string, rows long, bytes long, md5 string, "
                 "cursor_min timestamp, cursor_max timestamp, zero_dates long")
     rows = df.mapInArrow(extract.jdbc_task(spec), manifest).collect()
     out["first_chunk_s"] = round(time.perf_counter() - t1, 2)
     out["total_s"] = round(time.perf_counter() - t0, 2)
+    out["first_chunk_jvm_cpu_s"] = round(_workers_cpu(b"java")[1] - jvm0, 2)
+    out["first_chunk_worker_cpu_s"] = round(_workers_cpu()[1] - w0, 2)
+    t2 = time.perf_counter()
+    df.mapInArrow(extract.jdbc_task(spec), manifest).collect()
+    out["second_chunk_s"] = round(time.perf_counter() - t2, 2)
     assert len(rows) == 2, rows
     out["workers"], out["worker_cpu_s"] = _workers_cpu()
     probe = session.range(0, 2, numPartitions=2).mapInArrow(
-        _probe, "modules long, dagster boolean, boto3 boolean").collect()
+        _probe, "modules long, dagster boolean, boto3 boolean, pandas boolean").collect()
     out["worker_modules"] = [r.modules for r in probe]
     out["dagster_in_worker"] = any(r.dagster for r in probe)
     out["boto3_in_worker"] = any(r.boto3 for r in probe)
+    out["pandas_in_worker"] = any(r.pandas for r in probe)
     out["load"] = os.getloadavg()[0]
     print(json.dumps(out))
     session.stop()

@@ -103,9 +103,9 @@ _CLIENTS_LOCK = threading.Lock()
 _client = s3_client
 
 
-def upload_parquet(client: Any, bucket: str, key: str, table: pa.Table) -> tuple[int, str]:
-    """Write `table` as one parquet object and upload it with its Content-MD5 (S3 rejects a
-    corrupted body); returns (bytes, md5) once the ETag confirms what S3 stored."""
+def encode_parquet(table: pa.Table) -> bytes:
+    """`table` as one parquet file (snappy, 128 Ki-row groups, dictionaries up to
+    DICTIONARY_PAGE_LIMIT)."""
     import pyarrow.parquet as pq
 
     buf = io.BytesIO()
@@ -116,7 +116,13 @@ def upload_parquet(client: Any, bucket: str, key: str, table: pa.Table) -> tuple
         row_group_size=131_072,
         dictionary_pagesize_limit=DICTIONARY_PAGE_LIMIT,
     )
-    body = buf.getvalue()
+    return buf.getvalue()
+
+
+def upload_parquet(client: Any, bucket: str, key: str, table: pa.Table) -> tuple[int, str]:
+    """Write `table` as one parquet object and upload it with its Content-MD5 (S3 rejects a
+    corrupted body); returns (bytes, md5) once the ETag confirms what S3 stored."""
+    body = encode_parquet(table)
     digest = hashlib.md5(body)  # noqa: S324 - the S3 ETag of a single-part upload
     resp = client.put_object(
         Bucket=bucket,
@@ -214,16 +220,26 @@ def connectorx_task(
 
 
 def warm(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """The warm-up job's task (`resources.warm_up`): import in a fresh Python worker what
-    the chunk tasks import (this module, pyarrow.parquet and .compute, connectorx, botocore
-    with its S3 model), so a run's first chunk does not pay for it. Pickled by reference:
-    the worker imports this module alone, not the Dagster layer."""
+    """The warm-up job's task (`resources.warm_up`): do in a fresh Python worker what a
+    chunk task does first, short of reading and uploading: import this module, connectorx,
+    botocore with its S3 model, encode a one-row parquet file and build a manifest row
+    (pyarrow converts datetimes through pandas, ~330 modules imported on first use).
+    Pickled by reference: the worker imports this module alone, not the Dagster layer."""
+    import datetime
+
     import connectorx  # noqa: F401
-    import pyarrow.compute  # noqa: F401
-    import pyarrow.parquet  # noqa: F401
+    import pyarrow.compute as pc
 
     from s3rs_assets.botocore_s3 import s3_loader, s3_session
 
-    session = s3_session()
-    s3_loader(session).load_service_model("s3", "service-2")
+    s3_loader(s3_session()).load_service_model("s3", "service-2")
+    ts = pa.array([datetime.datetime(2000, 1, 1)], pa.timestamp("us"))
+    body = encode_parquet(pa.table({"ts": ts}))
+    pa.RecordBatch.from_pydict(
+        {"part": [0], "key": ["warm-up"], "rows": [1], "bytes": [len(body)],
+         "md5": [hashlib.md5(body).hexdigest()],  # noqa: S324 - as upload_parquet
+         "cursor_min": [pc.min(ts).as_py()], "cursor_max": [pc.max(ts).as_py()],
+         "zero_dates": [0]},
+        schema=MANIFEST_SCHEMA,
+    )
     yield from batches

@@ -3,7 +3,8 @@
 `Extractor.read(items)` runs one Spark job for a batch of items (sub-ranges of one or more
 partitions, planned by `backup/run.py`). Each item is read by a Spark task (connectorx inside
 the task, or Spark's JDBC source with one predicate per item) and written as one parquet
-object straight to S3 (pyarrow + boto3, Content-MD5 checked by S3), under a key that
+object straight to S3 (pyarrow + botocore, Content-MD5 checked by S3; the task code is
+`spark_tasks.py`, which is all a Python worker imports), under a key that
 depends only on (table, partition, sub-range start): a re-read item overwrites its own
 object instead of adding a new one. The driver then checks every object (size and ETag ==
 MD5 of what the task wrote) before the caller may checkpoint past it.
