@@ -92,6 +92,8 @@ def s3_client(cfg: dict[str, Any]) -> Any:
                 "s3", config=Config(retries={"mode": "standard", "max_attempts": attempts}),
                 **kw,
             )
+            if len(_CLIENTS) >= _CLIENTS_MAX:  # rotated credentials (a long-lived server)
+                _CLIENTS.clear()
             _CLIENTS[key] = client
         return client
 
@@ -99,6 +101,7 @@ def s3_client(cfg: dict[str, Any]) -> Any:
 #: per worker process, keyed by the whole config (credentials included: never logged)
 _CLIENTS: dict[tuple[Any, ...], Any] = {}
 _CLIENTS_LOCK = threading.Lock()
+_CLIENTS_MAX = 8
 #: the name extract.py, reconcile and benchmarks knew it by
 _client = s3_client
 
