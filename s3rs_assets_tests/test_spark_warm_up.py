@@ -60,7 +60,8 @@ def test_task_client_is_botocore_with_standard_retries() -> None:
     assert type(client).__module__.startswith("botocore")
     assert client.meta.endpoint_url == "http://127.0.0.1:1"
     assert client.meta.region_name == "eu-west-1"
-    assert client.meta.config.retries == {"mode": "standard", "max_attempts": 4}
+    # botocore counts the first try: max_attempts=4 retries means 5 attempts in all
+    assert client.meta.config.retries == {"mode": "standard", "total_max_attempts": 5}
     creds = client._request_signer._credentials
     assert (creds.access_key, creds.secret_key) == ("k2", "s2")
     other = spark_tasks.s3_client({**cfg, "aws_secret_access_key": "rotated"})
