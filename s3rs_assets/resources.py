@@ -6,6 +6,7 @@ text form: `DatabaseURL.redacted()` is what logs and errors show.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import threading
@@ -328,34 +329,69 @@ class SparkResource(LazyPySparkResource):
             with _SPARK_LOCK:
                 if self._spark_session is None:
                     session = get_spark(self)
-                    warm_up(session)
+                    # in the background: the driver plans the first chunk (MySQL probes,
+                    # planning queries) while the workers import; that chunk's job queues
+                    # behind the warm-up's tasks if it comes first
+                    warm_up(session, background=True)
                     self._spark_session = session
 
     def session(self) -> Any:
         return self.spark_session
 
 
-def _warm(batches: Any) -> Any:
-    # Importing these once per Python worker is what makes a run's first chunk slow.
-    import boto3  # noqa: F401
-    import connectorx  # noqa: F401
-    import pyarrow.parquet  # noqa: F401
-
-    yield from batches
+WARM_UP_GROUP = "s3rs-warm-up"
+_log = logging.getLogger("s3rs.spark")
 
 
-def warm_up(session: Any, cores: int | None = None) -> None:
-    """Start Spark's Python workers (reused by later tasks) as part of start-up: one per
-    task slot (`cores`; by default the session's parallelism). A Spark Connect client
-    leaves this to the server (`s3rs spark serve` warms its workers once)."""
+def warm_up(
+    session: Any, cores: int | None = None, *, background: bool = False
+) -> threading.Thread | None:
+    """Start Spark's Python workers (reused by later tasks) and import in each what a chunk
+    task imports (`spark_tasks.warm`): one task per task slot (`cores`; by default the
+    session's parallelism). A Spark Connect client leaves this to the server (`s3rs spark
+    serve` warms its workers once, before it reports ready).
+
+    `background=True` runs the job in a daemon thread and returns it: a failure is logged,
+    never raised (a run's first chunk then starts its own workers); the thread ends with
+    its job, or when the session stops (Spark cancels the job). Otherwise it waits and
+    raises."""
     if session.conf.get("spark.python.worker.reuse", "true") != "true":
-        return
+        return None
     if cores is None:
         try:
             cores = int(session.sparkContext.defaultParallelism)
         except Exception:  # Spark Connect: the server warmed its own workers
-            return
-    session.range(0, cores, numPartitions=cores).mapInArrow(_warm, "id long").collect()
+            return None
+    if not background:
+        _warm_job(session, cores)
+        return None
+    thread = threading.Thread(
+        target=_warm_in_background, args=(session, cores), name=WARM_UP_GROUP, daemon=True
+    )
+    thread.start()
+    return thread
+
+
+def _warm_job(session: Any, cores: int) -> None:
+    from s3rs_assets.spark_tasks import warm
+
+    session.range(0, cores, numPartitions=cores).mapInArrow(warm, "id long").collect()
+
+
+def _warm_in_background(session: Any, cores: int) -> None:
+    sc = session.sparkContext
+    try:
+        # this thread's jobs only (PySpark pins a Python thread to a JVM thread)
+        sc.setJobGroup(WARM_UP_GROUP, "s3rs: start and warm the Python workers")
+        _warm_job(session, cores)
+    except Exception as e:
+        if sc._jsc is None:  # the session was stopped: its jobs were cancelled
+            _log.debug("Spark warm-up stopped with its session")
+        else:
+            _log.warning(
+                "Spark warm-up failed (the first chunk starts its own Python workers): %s",
+                str(e).splitlines()[0] if str(e) else type(e).__name__,
+            )
 
 
 def get_spark(res: SparkResource) -> Any:

@@ -14,7 +14,7 @@ retried *where it happens*, a bounded number of times with exponential backoff (
   transaction makes it exactly once).
 
 S3 requests are not retried here: botocore does that (standard mode, see
-`resources.S3Resource` and `extract._client`); one layer per call, never stacked.
+`resources.S3Resource` and `spark_tasks.s3_client`); one layer per call, never stacked.
 
 What still fails after that, with an error `is_transient` accepts, is retried once more the
 Dagster way: both assets carry `names.RETRY_POLICY` (its numbers are here). Any other error

@@ -197,7 +197,7 @@ def wait_ready(settings: ServerSettings, proc: subprocess.Popen,
     Runs attach to this one server-side session rather than each opening its own: Spark
     Connect isolates each session's artifacts, so every new session gets its own Python
     worker daemon, which costs a run 2-15 s (start the workers, import pyarrow, connectorx
-    and boto3) before its first chunk; in the shared session the warm workers are reused
+    and botocore) before its first chunk; in the shared session the warm workers are reused
     (measured: a run's first Spark job 11.5 s in a new session, 0.2-0.3 s in the shared
     one). The session is never released here, and idles out only after years."""
     deadline = time.monotonic() + timeout

@@ -3,7 +3,8 @@
 `Extractor.read(items)` runs one Spark job for a batch of items (sub-ranges of one or more
 partitions, planned by `backup/run.py`). Each item is read by a Spark task (connectorx inside
 the task, or Spark's JDBC source with one predicate per item) and written as one parquet
-object straight to S3 (pyarrow + boto3, Content-MD5 checked by S3), under a key that
+object straight to S3 (pyarrow + botocore, Content-MD5 checked by S3; the task code is
+`spark_tasks.py`, which is all a Python worker imports), under a key that
 depends only on (table, partition, sub-range start): a re-read item overwrites its own
 object instead of adding a new one. The driver then checks every object (size and ETag ==
 MD5 of what the task wrote) before the caller may checkpoint past it.
@@ -11,196 +12,35 @@ MD5 of what the task wrote) before the caller may checkpoint past it.
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import io
-from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from dataclasses import dataclass, replace
 from typing import Any
 
-import pyarrow as pa
-
 from s3rs_assets.clock import names_utc
 from s3rs_assets.cursor import SubRange, position_token
 from s3rs_assets.errors import ConfigError, IntegrityError
 from s3rs_assets.source import SourceTable
+from s3rs_assets.spark_tasks import (  # noqa: F401 (re-exported: the task side)
+    DICTIONARY_PAGE_LIMIT,
+    MANIFEST_SCHEMA,
+    WriteSpec,
+    _client,
+    connectorx_task,
+    jdbc_task,
+    manifest_schema,
+    store_object,
+    upload_parquet,
+)
 from s3rs_assets.types import (
     arrow_schema,
-    count_zero_dates,
-    decimal_from_unscaled,
     reads_unscaled,
 )
 from s3rs_assets.watermark import FileEntry, Position
 
-
-def manifest_schema(cursor_date: bool = False) -> pa.Schema:
-    """One manifest row per object written; the cursor range has the cursor's own type (a
-    DATE cursor's is date32: a timestamp field refuses dates)."""
-    cursor = pa.date32() if cursor_date else pa.timestamp("us")
-    return pa.schema(
-        [
-            ("part", pa.int32()),
-            ("key", pa.string()),
-            ("rows", pa.int64()),
-            ("bytes", pa.int64()),
-            ("md5", pa.string()),
-            ("cursor_min", cursor),
-            ("cursor_max", cursor),
-            ("zero_dates", pa.int64()),
-        ]
-    )
-
-
-MANIFEST_SCHEMA = manifest_schema()
 FETCH_SIZE = 10_000
-#: A column's dictionary stops growing past this many bytes and its later pages are PLAIN
-#: (standard parquet, as parquet-mr writes past its own limit; Redshift COPY reads both): low-
-#: cardinality columns keep their dictionary, near-unique ones (keys, amounts, timestamps)
-#: stop paying for one. Measured on the bench table: encode -40 %, files -20 % vs 1 MiB.
-DICTIONARY_PAGE_LIMIT = 65_536
 #: How a Spark task reads its sub-range: connectorx (Rust, to Arrow) or Spark's JDBC source.
 READERS = ("connectorx", "jdbc")
-
-
-@dataclass(frozen=True)
-class WriteSpec:
-    """Everything a Spark task needs to write its files; plain data, pickled to executors."""
-
-    bucket: str
-    schema_ipc: bytes  # target Arrow schema, serialized
-    cursor: str
-    s3: dict[str, Any]  # boto3 client kwargs incl. credentials: never logged
-    keys: tuple[str, ...] = ()  # object key per sub-range (= per Spark partition for jdbc)
-    predicates: tuple[str, ...] = ()  # connectorx: WHERE clause per sub-range
-    source_url: str = ""  # connectorx: mysql:// URL incl. password: never logged
-    select: str = ""  # connectorx: "SELECT ... FROM ... WHERE " to which a predicate is added
-    session_setup: tuple[str, ...] = ()  # connectorx: run first on its connection (clock.py)
-    cursor_date: bool = False  # a DATE cursor: the manifest's cursor range is date32
-    unscaled: tuple[str, ...] = ()  # connectorx: DECIMAL columns selected as v * 10^s
-    date_columns: tuple[str, ...] = ()  # whose zero dates are read as NULL and counted
-
-
-def _client(cfg: dict[str, Any]) -> Any:
-    import boto3
-    from botocore.config import Config
-
-    kw = dict(cfg)
-    attempts = kw.pop("max_attempts", 6)
-    return boto3.client(
-        "s3", config=Config(retries={"mode": "standard", "max_attempts": attempts}), **kw
-    )
-
-
-def upload_parquet(client: Any, bucket: str, key: str, table: pa.Table) -> tuple[int, str]:
-    """Write `table` as one parquet object and upload it with its Content-MD5 (S3 rejects a
-    corrupted body); returns (bytes, md5) once the ETag confirms what S3 stored."""
-    import pyarrow.parquet as pq
-
-    buf = io.BytesIO()
-    pq.write_table(
-        table,
-        buf,
-        compression="snappy",
-        row_group_size=131_072,
-        dictionary_pagesize_limit=DICTIONARY_PAGE_LIMIT,
-    )
-    body = buf.getvalue()
-    digest = hashlib.md5(body)  # noqa: S324 - the S3 ETag of a single-part upload
-    resp = client.put_object(
-        Bucket=bucket,
-        Key=key,
-        Body=body,
-        ContentMD5=base64.b64encode(digest.digest()).decode(),
-        ContentType="application/vnd.apache.parquet",
-    )
-    if resp["ETag"].strip('"') != digest.hexdigest():
-        raise IntegrityError(f"S3 ETag of {key} does not match the MD5 of the file written")
-    return len(body), digest.hexdigest()
-
-
-def store_object(
-    table: pa.Table, key: str, part: int, spec: WriteSpec, client: Any
-) -> pa.RecordBatch:
-    """Cast to the table's Arrow schema, write one parquet object, upload it with its
-    Content-MD5 (S3 rejects a corrupted body) and return its manifest row."""
-    import pyarrow.compute as pc
-
-    schema = pa.ipc.read_schema(pa.py_buffer(spec.schema_ipc))
-    zero_dates = count_zero_dates(table, spec.date_columns)  # its column is left out
-    # cast() refuses lossy conversions (e.g. a decimal that would need rounding)
-    columns = []
-    for f in schema:
-        try:
-            columns.append(table.column(f.name).cast(f.type))
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-            raise IntegrityError(
-                f"{key}: column {f.name!r} read as {table.column(f.name).type} does not convert "
-                f"exactly to {f.type}: {e}"
-            ) from None
-    table = pa.table(columns, schema=schema)
-    size, md5 = upload_parquet(client, spec.bucket, key, table)
-    cursor = table.column(spec.cursor)
-    return pa.RecordBatch.from_pydict(
-        {
-            "part": [part],
-            "key": [key],
-            "rows": [table.num_rows],
-            "bytes": [size],
-            "md5": [md5],
-            "cursor_min": [pc.min(cursor).as_py()],
-            "cursor_max": [pc.max(cursor).as_py()],
-            "zero_dates": [zero_dates],
-        },
-        schema=manifest_schema(spec.cursor_date),
-    )
-
-
-def jdbc_task(spec: WriteSpec) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """mapInArrow over the JDBC read: one Spark partition = one sub-range = one object."""
-
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyspark import TaskContext
-
-        part = TaskContext.get().partitionId()
-        batches = [b for b in batches if b.num_rows]
-        if batches:
-            table = pa.Table.from_batches(batches)
-            yield store_object(table, spec.keys[part], part, spec, _client(spec.s3))
-
-    return run
-
-
-def connectorx_task(
-    spec: WriteSpec,
-) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """mapInArrow over `spark.range(n)`: each id is a sub-range, read with connectorx
-    (Rust, straight to Arrow) and written as one object."""
-
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        import connectorx as cx
-
-        schema = pa.ipc.read_schema(pa.py_buffer(spec.schema_ipc))
-        client = None
-        for batch in batches:
-            for part in batch.column("id").to_pylist():
-                sql = spec.select + spec.predicates[part]
-                table = cx.read_sql(
-                    spec.source_url,
-                    sql,
-                    return_type="arrow",
-                    pre_execution_query=list(spec.session_setup) or None,
-                )
-                if table.num_rows:
-                    for name in spec.unscaled:
-                        i = table.schema.get_field_index(name)
-                        values = decimal_from_unscaled(table.column(i), schema.field(name).type)
-                        table = table.set_column(i, name, values)
-                    client = client or _client(spec.s3)
-                    yield store_object(table, spec.keys[part], part, spec, client)
-
-    return run
 
 
 @dataclass(frozen=True)

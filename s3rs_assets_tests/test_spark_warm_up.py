@@ -1,0 +1,84 @@
+"""Spark start-up (issue 19): what a Python worker imports for the backup's tasks, and the
+warm-up job that runs in the background while the driver plans the first chunk."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+
+from s3rs_assets import resources, spark_tasks
+
+#: modules a warm worker holds (measured 915: pyspark's worker, pyarrow, connectorx,
+#: botocore, spark_tasks); with the warm-up pickled from resources.py it was 2,264
+WORKER_MODULES_MAX = 1_100
+#: what a worker must never import: the Dagster layer, boto3/s3transfer, the MySQL planning
+HEAVY = ("dagster", "boto3", "s3transfer", "pymysql", "pydantic", "s3rs_assets.resources",
+         "s3rs_assets.backup", "s3rs_assets.connections")
+
+
+def test_worker_imports_only_the_task_module(spark: Any) -> None:
+    thread = resources.warm_up(spark, background=True)
+    assert thread is not None
+    thread.join(timeout=300)
+    assert not thread.is_alive()
+    cfg = {"endpoint_url": "http://127.0.0.1:1", "region_name": "us-east-1",
+           "max_attempts": 3, "aws_access_key_id": "k", "aws_secret_access_key": "s",
+           "aws_session_token": None}
+    heavy = HEAVY
+
+    def probe(batches: Any) -> Any:  # nested: pickled by value, imports nothing itself
+        import sys
+
+        import pyarrow as pa
+
+        from s3rs_assets.spark_tasks import s3_client
+
+        for _ in batches:
+            pass
+        same = s3_client(cfg) is s3_client(dict(cfg))  # one client per worker and config
+        loaded = [m for m in heavy if m in sys.modules]
+        yield pa.RecordBatch.from_pydict(
+            {"modules": [len(sys.modules)], "same": [same], "heavy": [",".join(loaded)]}
+        )
+
+    rows = spark.range(0, 1, numPartitions=1).mapInArrow(
+        probe, "modules long, same boolean, heavy string"
+    ).collect()
+    assert rows[0].heavy == ""
+    assert rows[0].same
+    assert rows[0].modules <= WORKER_MODULES_MAX, rows[0].modules
+
+
+def test_task_client_is_botocore_with_standard_retries() -> None:
+    cfg = {"endpoint_url": "http://127.0.0.1:1", "region_name": "eu-west-1",
+           "max_attempts": 4, "aws_access_key_id": "k2", "aws_secret_access_key": "s2",
+           "aws_session_token": None}
+    client = spark_tasks.s3_client(cfg)
+    assert client is spark_tasks.s3_client(dict(cfg))
+    assert type(client).__module__.startswith("botocore")
+    assert client.meta.endpoint_url == "http://127.0.0.1:1"
+    assert client.meta.region_name == "eu-west-1"
+    # botocore counts the first try: max_attempts=4 retries means 5 attempts in all
+    assert client.meta.config.retries == {"mode": "standard", "total_max_attempts": 5}
+    creds = client._request_signer._credentials
+    assert (creds.access_key, creds.secret_key) == ("k2", "s2")
+    other = spark_tasks.s3_client({**cfg, "aws_secret_access_key": "rotated"})
+    assert other is not client
+
+
+def test_background_warm_up_failure_is_logged_not_raised(
+    spark: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def fail(session: Any, cores: int) -> None:
+        raise RuntimeError("no workers today")
+
+    monkeypatch.setattr(resources, "_warm_job", fail)
+    with caplog.at_level(logging.WARNING, logger="s3rs.spark"):
+        thread = resources.warm_up(spark, background=True)
+        assert thread is not None
+        thread.join(timeout=60)
+    assert "Spark warm-up failed" in caplog.text and "no workers today" in caplog.text
+    with pytest.raises(RuntimeError):  # the synchronous form (`s3rs spark serve`) raises
+        resources.warm_up(spark)
