@@ -91,3 +91,17 @@ def event_log_fallback(instance: dg.DagsterInstance) -> EventLogFallback:
         return event_log_watermark(instance, table)
 
     return fallback
+
+
+def unlisted_with_events(
+    instance: dg.DagsterInstance, unlisted: Iterable[str], copies: set[str] | None
+) -> set[str] | None:
+    """Of the tables without a listed primary, those without a listed copy that the event
+    log may hold (`tables_with_events`); None (each is searched on its own) when the copies
+    were not listed or the instance cannot answer. Shared by the guard and new_data ticks."""
+    if copies is None:
+        return None
+    try:
+        return tables_with_events(instance, [t for t in unlisted if t not in copies])
+    except Exception:  # noqa: BLE001 - each table's own search then says what fails
+        return None

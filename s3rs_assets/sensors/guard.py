@@ -17,7 +17,7 @@ The clock only moves on, so a cursor that was not in its future still is not.
 A table without a listed primary was never synced, unless a copy or the event log holds
 its record: the daily and session copies are listed once per tick for the whole fleet
 (`tables_with_copies`), so a never-synced table costs no S3 request of its own, and the
-event log's asset index is asked once for all of them (`tables_with_events`), so it costs
+event log's asset index is asked once for all of them (`unlisted_with_events`), so it costs
 no event-log search either; one with a copy or an event, or whose listing failed, goes
 through the whole recovery search. A primary or copy
 written after the tick's listings is seen by the next tick (nothing is written for a table
@@ -53,7 +53,7 @@ from s3rs_assets.source import (
 from s3rs_assets.watermark import iso
 from s3rs_assets.watermark.reports import RecoveryReport
 from s3rs_assets.watermark.store import S3_ERRORS, WatermarkStore
-from s3rs_assets.watermark_eventlog import tables_with_events
+from s3rs_assets.watermark_eventlog import unlisted_with_events
 
 #: concurrent record reads per tick (2,000 tables: issue 18); within the S3 client's pool
 GUARD_WORKERS = 10
@@ -174,14 +174,9 @@ def build_watermark_guard(tables: Sequence[TableConfig]) -> dg.SensorDefinition:
             except S3_ERRORS:
                 copies = None
         # which unlisted tables the event log may hold: one query, not three per table
-        logged: set[str] | None = None
-        if copies is not None:
-            try:
-                logged = tables_with_events(
-                    context.instance, [n for n in by_name if n not in listed and n not in copies]
-                )
-            except Exception:  # noqa: BLE001 - each table's own search then says what fails
-                logged = None
+        logged = unlisted_with_events(
+            context.instance, [n for n in by_name if n not in listed], copies
+        )
 
         def check(name: str) -> WatermarkCheck:
             if copies is not None and name not in listed and name not in copies:

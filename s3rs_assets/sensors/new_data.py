@@ -67,7 +67,7 @@ from s3rs_assets.source import (
 from s3rs_assets.source.probes import first_row_sql, last_row_sql
 from s3rs_assets.watermark import PartitionState, Position, WatermarkRecord, iso
 from s3rs_assets.watermark.store import S3_ERRORS, WatermarkStore
-from s3rs_assets.watermark_eventlog import tables_with_events
+from s3rs_assets.watermark_eventlog import unlisted_with_events
 
 #: Runs the sensor requests again for the same rows after a failed run, before it waits for
 #: new rows or a person (Dagster's retry policy already reran each step of those runs).
@@ -326,20 +326,6 @@ def build_new_data_sensor(
     return s3rs_new_data
 
 
-def _logged(
-    instance: dg.DagsterInstance, unlisted: Sequence[str], copies: set[str] | None
-) -> set[str] | None:
-    """The tables without a listed primary or copy that the event log may hold
-    (`tables_with_events`); None (each is searched) when the copies were not listed or the
-    instance cannot answer."""
-    if copies is None:
-        return None
-    try:
-        return tables_with_events(instance, [t for t in unlisted if t not in copies])
-    except Exception:  # noqa: BLE001 - each table's own search then says what fails
-        return None
-
-
 def scan_tables(
     conn: Any, store: WatermarkStore, tables: Sequence[TableConfig], instance: dg.DagsterInstance
 ) -> list[tuple[TableConfig, list[dg.RunRequest] | None, str]]:
@@ -388,7 +374,7 @@ def scan_tables(
         except S3_ERRORS:
             copies = None
     # and which of the rest the event log may hold, in one query (not three per table)
-    logged = _logged(
+    logged = unlisted_with_events(
         instance, [c.name for c, _, _ in with_rows if c.name not in listed], copies
     )
     records = read_records(
