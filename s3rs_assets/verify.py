@@ -25,6 +25,7 @@ instead: the same value as an integer (days, or microseconds, since 1970), cheap
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime
@@ -292,7 +293,10 @@ def verify_table(
     wconn: WarehouseConnection | None = None,
 ) -> list[PartitionCheck]:
     """Row count and (primary key, cursor) checksum per partition window, on both sides;
-    on the warehouse connection `wconn` (autocommit) when given, else on one of its own."""
+    on the warehouse connection `wconn` (autocommit) when given, else on one of its own.
+
+    Each batch's two queries run at the same time (MySQL's in a thread): each is a scan
+    by its own server, so the comparison takes the slower side's time, not the sum."""
     if target.cursor != table_cfg.cursor:
         raise ConfigError(
             f"table {table_cfg.name}: cursor {table_cfg.cursor!r} in tables.yaml but "
@@ -304,7 +308,17 @@ def verify_table(
     checks: list[PartitionCheck] = []
     dialect = warehouse.dialect
     opened = nullcontext(wconn) if wconn is not None else warehouse.connection(autocommit=True)
-    with opened as wconn:
+
+    def mysql_side(
+        windows: list[tuple[str, datetime, datetime]], params: list[Any]
+    ) -> dict[int, tuple[int, int]]:
+        with mysql_conn.cursor() as cur:
+            cur.execute(mysql_checksum_sql(table_cfg.name, target, len(windows)), params)
+            return _collect(cur.fetchall())
+
+    # leaving the pool waits for MySQL's query: the caller's connection is never left
+    # busy in a thread after a failure on the warehouse side
+    with opened as wconn, ThreadPoolExecutor(1, thread_name_prefix="s3rs-verify") as pool:
         exists = wconn.query(
             "SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND table_name = %s",
             (target.schema, target.table),
@@ -312,14 +326,13 @@ def verify_table(
         for i in range(0, len(partitions), BATCH):
             windows = partitions[i : i + BATCH]
             params = _params(windows)
-            with mysql_conn.cursor() as cur:
-                cur.execute(mysql_checksum_sql(table_cfg.name, target, len(windows)), params)
-                mine = _collect(cur.fetchall())
+            mine_later = pool.submit(mysql_side, windows, params)
             theirs = (
                 _collect(wconn.query(warehouse_checksum_sql(target, dialect, len(windows)), params))
                 if exists
                 else {}  # not created yet: every MySQL row is missing there
             )
+            mine = mine_later.result()
             for j, (name, start, end) in enumerate(windows):
                 m_rows, m_sum = mine.get(j, (0, 0))
                 w_rows, w_sum = theirs.get(j, (0, 0))

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from decimal import Decimal
 
+import psycopg
+import pymysql
 import pytest
 
 from s3rs_assets.config import TableConfig
@@ -20,6 +24,7 @@ from s3rs_assets.verify import (
     warehouse_hash_expr,
 )
 from s3rs_assets.warehouse import WarehouseResource
+from s3rs_assets_tests.conftest import MYSQL_HOST, MYSQL_PORT
 from s3rs_assets_tests.test_load import make_table, pg, put_parquet
 
 COLUMNS = [
@@ -127,6 +132,48 @@ def test_hand_edits_are_detected_per_partition(loaded, mysql_conn, pg_url):
     assert "checksums" in d2.describe() and "21 rows in MySQL, 20" in d1.describe()
 
 
+def test_mysql_and_the_warehouse_compute_their_sides_at_once(loaded, mysql_conn, pg_url):
+    """The two checksum queries overlap (the comparison takes the slower side's time, not
+    the sum): with the table locked on both sides, both queries are seen waiting at the
+    same moment; once the locks go, the comparison ends right."""
+    wh, target, cfg = loaded
+    db = mysql_conn.db.decode() if isinstance(mysql_conn.db, bytes) else mysql_conn.db
+    mysql_locker = pymysql.connect(host=MYSQL_HOST, port=MYSQL_PORT, user="root", database=db)
+    with mysql_locker, psycopg.connect(pg_url) as pg_locker, ThreadPoolExecutor(1) as pool:
+        mysql_locker.cursor().execute(f"LOCK TABLES `{cfg.table}` WRITE")
+        pg_locker.execute(f'LOCK TABLE "{target.schema}"."{target.table}" IN ACCESS EXCLUSIVE MODE')
+        compared = pool.submit(verify_table, mysql_conn, wh, target, cfg, PARTITIONS)
+        try:
+            both = False
+            for _ in range(200):  # up to 20 s
+                with mysql_locker.cursor() as cur:
+                    cur.execute(
+                        "SELECT COUNT(*) FROM information_schema.PROCESSLIST "
+                        "WHERE ID = %s AND STATE LIKE '%%lock%%'",
+                        (mysql_conn.thread_id(),),
+                    )
+                    mysql_waits = cur.fetchone()[0] == 1
+                pg_waits = (
+                    pg(
+                        pg_url,
+                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                        "AND query LIKE %s",
+                        (f"%{target.table}%",),
+                    )[0][0]
+                    == 1
+                )
+                if both := mysql_waits and pg_waits:
+                    break
+                time.sleep(0.1)
+            assert both, "one side's checksum waited for the other's"
+        finally:
+            mysql_locker.cursor().execute("UNLOCK TABLES")
+            pg_locker.rollback()
+        checks = compared.result(timeout=60)
+    assert [c.mysql_rows for c in checks] == [21, 20, 20]
+    assert all(c.ok for c in checks), [c.describe() for c in checks]
+
+
 def test_missing_target_counts_as_zero_rows(mysql_conn, pg_url, loaded):
     wh, target, cfg = loaded
     gone = LoadTarget(
@@ -189,4 +236,3 @@ def test_boolean_and_date_keys_print_alike():
     assert "IF(`flag` <> 0, '1', '0'), '|', DATE_FORMAT(`d`, '%%Y-%%m-%%d')" in mysql_checksum_sql(
         "a.x", t, 1
     )
-
