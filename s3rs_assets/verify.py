@@ -1,15 +1,18 @@
 """Compare a table in MySQL and in the warehouse, partition by partition.
 
 For each partition window [start, end) of the cursor column, both sides report the row
-count and an order-independent checksum: the sum over rows of a 60-bit hash of
-`pk1|pk2|...|cursor`, where the hash is the first 15 hex digits of the MD5 of that text and
-every value is printed the same way on both sides (timestamps always with six fractional
-digits, booleans as 0/1, decimals with their scale, bytes as lower-case hex). A deleted
-row changes the count; a row whose key or cursor differs changes the checksum. Values
-other than key and cursor are not compared.
+count and an order-independent checksum: the sum over rows of a hash of (primary key,
+cursor). On integer key columns and a date/time cursor it is `int_hash`'s integer
+arithmetic (62 bits, no per-row text: about half the CPU of MD5 in both databases, and no
+blind shift); otherwise a 60-bit hash of `pk1|pk2|...|cursor`, the first 15 hex digits of
+the MD5 of that text, every value printed the same way on both sides (timestamps always
+with six fractional digits, booleans as 0/1, decimals with their scale, bytes as
+lower-case hex). A deleted row changes the count; a row whose key or cursor differs
+changes the checksum. Values other than key and cursor are not compared.
 
-Sums are exact: MySQL sums the hashes as UNSIGNED (SUM returns DECIMAL), PostgreSQL as
-NUMERIC, Redshift as DECIMAL(38,0) (2^60 times any realistic row count fits).
+Sums are exact: MySQL sums the hashes as DECIMAL (SUM of an integer returns DECIMAL),
+PostgreSQL as NUMERIC, Redshift as DECIMAL(38,0) (2^62 times any realistic row count
+fits).
 
 `mysql_field` / `warehouse_field` extend the same per-type text to any column, for
 reconcile's row hashes: NULL (and a MySQL zero or zero-in-date value, which s3rs carries as
@@ -35,6 +38,7 @@ from s3rs_assets.config import TableConfig
 from s3rs_assets.connections import Dialect, WarehouseConnection
 from s3rs_assets.errors import ConfigError
 from s3rs_assets.identifiers import mysql_quote, mysql_table, pg_quote, pg_table, split_qualified
+from s3rs_assets.int_hash import IntHashSQL
 from s3rs_assets.load import LoadTarget
 from s3rs_assets.types import TEMPORAL, SourceColumn, column_type, invalid_date
 
@@ -256,19 +260,37 @@ def mysql_checksum_sql(source: str, target: LoadTarget, n: int) -> str:
     then the overall start and end."""
     schema, table = split_qualified(source, "table")
     c = mysql_quote(target.cursor)
+    ints = IntHashSQL("mysql", target)
+    h = ints.row_hash() if ints.applies else mysql_hash_expr(target)
     return (
-        f"SELECT {_bucket(c, n)} AS `p`, COUNT(*), COALESCE(SUM({mysql_hash_expr(target)}), 0) "
+        f"SELECT {_bucket(c, n)} AS `p`, COUNT(*), COALESCE(SUM({h}), 0) "
         f"FROM {mysql_table(schema, table)} WHERE {c} >= %s AND {c} < %s GROUP BY `p`"
     )
 
 
 def warehouse_checksum_sql(target: LoadTarget, dialect: Dialect, n: int) -> str:
+    """`mysql_checksum_sql`'s twin, the same parameters."""
     c = pg_quote(target.cursor)
-    h = warehouse_hash_expr(target, dialect)
+    where = f"{c} >= %s AND {c} < %s"
+    ints = IntHashSQL(dialect, target)
+    if ints.applies and dialect == "postgres":
+        # OFFSET 0 keeps PostgreSQL from inlining the subquery: the cursor's parts (numeric
+        # EXTRACTs, the costly part) are computed once per row, not once per digit
+        parts = ints.cursor_parts()
+        names = {k: pg_quote(f"s3rs_{k}") for k in parts}
+        inner = ", ".join(
+            [f'{_bucket(c, n)} AS "s3rs_p"', *(pg_quote(k) for k in target.primary_key),
+             *(f"{v} AS {names[k]}" for k, v in parts.items())]
+        )
+        return (
+            f'SELECT "s3rs_p", COUNT(*), COALESCE(SUM({ints.row_hash(names)}), 0) '
+            f"FROM (SELECT {inner} FROM {pg_table(target.schema, target.table)} "
+            f'WHERE {where} OFFSET 0) AS "s3rs_rows" GROUP BY 1'
+        )
+    h = ints.row_hash() if ints.applies else warehouse_hash_expr(target, dialect)
     return (
         f'SELECT {_bucket(c, n)} AS "p", COUNT(*), COALESCE(SUM({h}), 0) '
-        f"FROM {pg_table(target.schema, target.table)} WHERE {c} >= %s AND {c} < %s "
-        "GROUP BY 1"
+        f"FROM {pg_table(target.schema, target.table)} WHERE {where} GROUP BY 1"
     )
 
 

@@ -1,4 +1,4 @@
-"""The key-mode arithmetic hash (reconcile/hashing.py): the same number in Python, MySQL
+"""The key-mode arithmetic hash (int_hash.py): the same number in Python, MySQL
 and PostgreSQL (and the Redshift text in test_reconcile_sql), and no blind spot at a round
 shift (issue 16 item 11: the old hash missed every cursor moved by exactly 2^31-1 us)."""
 
@@ -11,8 +11,8 @@ from datetime import datetime, timedelta
 import psycopg
 import pytest
 
+from s3rs_assets import int_hash as hashing
 from s3rs_assets.load import LoadTarget
-from s3rs_assets.reconcile import hashing
 from s3rs_assets.reconcile.sql import TableSQL
 from s3rs_assets.types import SourceColumn
 from s3rs_assets_tests.reconcile_fixtures import Env, copy_to_warehouse, make_env, new_table

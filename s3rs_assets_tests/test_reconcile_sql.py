@@ -166,7 +166,7 @@ def test_splitting_the_key_space():
 
 
 def test_redshift_arithmetic_hash_for_an_integer_key_and_a_time_cursor():
-    """hashing.py's products of (digit + offset) modulo 2^31-1, as Redshift receives them:
+    """int_hash.py's products of (digit + offset) modulo 2^31-1, as Redshift receives them:
     three digits of the BIGINT key, two of the cursor's microseconds (NULL: -2^57)."""
     one = LoadTarget("dw", "orders", [COLS[0], COLS[2]], ("id",), "update_at", "shop.orders")
     w = TableSQL("redshift", "dw", "orders", one, "key")

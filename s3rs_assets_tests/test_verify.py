@@ -12,6 +12,7 @@ import psycopg
 import pymysql
 import pytest
 
+from s3rs_assets import int_hash
 from s3rs_assets.config import TableConfig
 from s3rs_assets.errors import ConfigError
 from s3rs_assets.load import LoadTarget, load_files
@@ -94,6 +95,122 @@ def loaded(mysql_conn, pg_url, s3_resource, s3_client, bucket):
         f = put_parquet(s3_client, bucket, key, make_table(part, COLUMNS))
         load_files(wh, s3_resource, target, name, [f])
     return wh, target, cfg
+
+
+INT_COLUMNS = [
+    SourceColumn("shard", "int", "int", nullable=False),
+    SourceColumn("id", "bigint", "bigint", nullable=False),
+    SourceColumn("amount", "decimal", "decimal(12,3)", precision=12, scale=3),
+    SourceColumn("update_at", "datetime", "datetime(6)"),
+]
+
+
+@pytest.fixture
+def loaded_ints(mysql_conn, pg_url, s3_resource, s3_client, bucket):
+    """A composite integer key (INT, BIGINT) and a DATETIME(6) cursor: the checksum is
+    int_hash's integer arithmetic on both sides. Keys near both ends of BIGINT, negative
+    shards, ties, whole seconds and microseconds."""
+    table = f"i_{uuid.uuid4().hex[:8]}"
+    rows = [
+        {
+            "shard": (i % 7) - 3,
+            "id": [i, -(2**63) + i, 2**63 - 1 - i, 2**29 * i + 1][i % 4],
+            "amount": Decimal(i) / 8,
+            "update_at": DAYS[i % 3] + timedelta(hours=i % 5, microseconds=0 if i % 3 else 7 + i),
+        }
+        for i in range(60)
+    ]
+    with mysql_conn.cursor() as cur:
+        cur.execute(
+            f"CREATE TABLE `{table}` (shard INT NOT NULL, id BIGINT NOT NULL, "
+            "amount DECIMAL(12,3), update_at DATETIME(6), PRIMARY KEY (shard, id), "
+            "KEY (update_at))"
+        )
+        cur.executemany(
+            f"INSERT INTO `{table}` VALUES (%s, %s, %s, %s)",
+            [(r["shard"], r["id"], r["amount"], r["update_at"]) for r in rows],
+        )
+    db = mysql_conn.db.decode() if isinstance(mysql_conn.db, bytes) else mysql_conn.db
+    cfg = TableConfig.from_dict(
+        {
+            "name": f"{db}.{table}",
+            "primary_key": ["shard", "id"],
+            "target": f"vi_{uuid.uuid4().hex[:8]}.{table}",
+        }
+    )
+    target = LoadTarget.from_table_config(cfg, INT_COLUMNS)
+    wh = WarehouseResource(url=pg_url)
+    for name, start, end in PARTITIONS:
+        part = [r for r in rows if start <= r["update_at"] < end]
+        key = f"s3rs/data/{cfg.schema}/{table}/{name}/part-0.parquet"
+        f = put_parquet(s3_client, bucket, key, make_table(part, INT_COLUMNS))
+        load_files(wh, s3_resource, target, name, [f])
+    return wh, target, cfg, rows
+
+
+def test_integer_keys_are_checksummed_with_integer_arithmetic(loaded_ints, mysql_conn, pg_url):
+    """Both sides' sums equal int_hash's Python reference per partition (no MD5 in either
+    text), and a deleted row, a cursor moved by 1 us, one moved by exactly 2^31-1 us (the
+    old modular hash's blind shift) and a changed key are each found in their partition."""
+    wh, target, cfg, rows = loaded_ints
+    texts = [mysql_checksum_sql(cfg.name, target, 3), warehouse_checksum_sql(target, "postgres", 3)]
+    assert all("MD5" not in t for t in texts), texts
+    checks = verify_table(mysql_conn, wh, target, cfg, PARTITIONS)
+    assert all(c.ok for c in checks), [c.describe() for c in checks]
+    for c, (_, start, end) in zip(checks, PARTITIONS, strict=True):
+        want = sum(
+            int_hash.row_hash(
+                int_hash.row_digits(
+                    [(r["shard"], 2), (r["id"], 3)], int_hash.cursor_digits(r["update_at"], False)
+                )
+            )
+            for r in rows
+            if start <= r["update_at"] < end
+        )
+        assert c.mysql_checksum == c.warehouse_checksum == want
+    t = f'"{target.schema}"."{target.table}"'
+    by_day = [[r for r in rows if s <= r["update_at"] < e] for _, s, e in PARTITIONS]
+    edits = [  # one per partition, each a row that stays inside its window
+        f"DELETE FROM {t} WHERE id = {by_day[0][0]['id']} AND shard = {by_day[0][0]['shard']}",
+        f"UPDATE {t} SET update_at = update_at + interval '1 microsecond' "
+        f"WHERE id = {by_day[1][0]['id']} AND shard = {by_day[1][0]['shard']}",
+        f"UPDATE {t} SET id = id + 1 WHERE id = {by_day[2][0]['id']} "
+        f"AND shard = {by_day[2][0]['shard']}",
+    ]
+    for i, sql in enumerate(edits):
+        pg(pg_url, sql + " RETURNING id")
+        bad = [
+            c.partition for c in verify_table(mysql_conn, wh, target, cfg, PARTITIONS) if not c.ok
+        ]
+        assert bad == [p[0] for p in PARTITIONS[: i + 1]], (sql, bad)
+    # exactly 2^31 - 1 microseconds (~35.8 min) later, in the same day
+    pg(
+        pg_url,
+        f"UPDATE {t} SET update_at = update_at - interval '1 microsecond' "
+        f"WHERE id = {by_day[1][0]['id']} AND shard = {by_day[1][0]['shard']} RETURNING id",
+    )
+    assert verify_table(mysql_conn, wh, target, cfg, PARTITIONS[1:2])[0].ok
+    moved = by_day[1][0]
+    assert moved["update_at"].hour < 20  # the shifted cursor stays in its window
+    pg(
+        pg_url,
+        f"UPDATE {t} SET update_at = update_at + interval '2147483647 microseconds' "
+        f"WHERE id = {moved['id']} AND shard = {moved['shard']} RETURNING id",
+    )
+    assert not verify_table(mysql_conn, wh, target, cfg, PARTITIONS[1:2])[0].ok
+
+
+def test_integer_checksum_sql_texts():
+    """The Redshift text sums the integer hash as DECIMAL(38,0) (its SUM of a BIGINT would
+    overflow); PostgreSQL computes the cursor's parts once per row in a subquery."""
+    t = LoadTarget("dw", "x", INT_COLUMNS, ("shard", "id"), "update_at", "a.x")
+    red = warehouse_checksum_sql(t, "redshift", 1)
+    assert "MD5" not in red and 'AS DECIMAL(38,0))), 0) FROM "dw"."x"' in red, red
+    pgsql = warehouse_checksum_sql(t, "postgres", 1)
+    assert pgsql.count("EXTRACT(EPOCH") == 1 and "OFFSET 0" in pgsql, pgsql
+    assert "TO_SECONDS(`update_at`)" in mysql_checksum_sql("a.x", t, 1)
+    text_key = LoadTarget("dw", "x", COLUMNS, ("code", "id"), "update_at", "a.x")
+    assert "MD5" in warehouse_checksum_sql(text_key, "redshift", 1)
 
 
 def test_equal_tables_are_ok(loaded, mysql_conn):

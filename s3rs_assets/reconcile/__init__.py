@@ -8,8 +8,9 @@ the same exactly-once load.
 
     keys.py    key segments both databases select identically (integer intervals, MD5
                prefixes of the key's canonical text), and how a segment splits
-    hashing.py the integer-arithmetic row hash of key mode (and why it has no blind spot)
-    sql.py     the SQL text, pure builders for MySQL, PostgreSQL and Redshift
+    sql.py     the SQL text, pure builders for MySQL, PostgreSQL and Redshift (the
+               integer-arithmetic row hash of key mode is `s3rs_assets.int_hash`,
+               shared with verify.py's checksums)
     diff.py    the bisection: per-segment checksums, then leaf rows compared by key
     repair.py  re-read by key, the repair file (new per pass), its load with deletes in
                the same transaction, the check of every repaired key afterwards

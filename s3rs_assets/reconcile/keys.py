@@ -28,8 +28,6 @@ HEX = "0123456789abcdef"
 #: MD5 has 32 hex digits: a prefix this long is a single key
 MAX_PREFIX = 32
 
-INTEGER_TYPES = ("tinyint", "smallint", "mediumint", "int", "integer", "bigint")
-
 
 @dataclass(frozen=True)
 class Segment:

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from s3rs_assets.identifiers import mysql_quote, mysql_table, pg_quote, pg_table
+from s3rs_assets.int_hash import INTEGER_TYPES, IntHashSQL, Side, is_integer
 from s3rs_assets.load import LoadTarget
 from s3rs_assets.load.sql import warehouse_type
-from s3rs_assets.reconcile import hashing
-from s3rs_assets.reconcile.keys import INTEGER_TYPES, Segment, Split
+from s3rs_assets.reconcile.keys import Segment, Split
 from s3rs_assets.types import SPATIAL, TEMPORAL, SourceColumn, invalid_date
 from s3rs_assets.verify import (
     mysql_field,
@@ -36,7 +36,6 @@ from s3rs_assets.verify import (
     warehouse_row_hash,
 )
 
-Side = Literal["mysql", "postgres", "redshift"]
 Columns = Literal["key", "all"]
 #: the warehouse column a soft delete sets (deletes: soft in tables.yaml)
 DELETED_AT = "_s3rs_deleted_at"
@@ -119,103 +118,22 @@ class TableSQL:
         return warehouse_row_hash(fields, self.side, non_null=True)  # type: ignore[arg-type]
 
     @property
+    def ints(self) -> IntHashSQL:
+        """The integer-arithmetic row hash of this side (int_hash.py)."""
+        return IntHashSQL(self.side, self.target)
+
+    @property
     def arithmetic(self) -> bool:
         """Key mode on integer key columns (one or several) and a date/time cursor hashes
         with integer arithmetic instead of MD5 over text: no per-row formatting, the same
-        numbers on each side. See `s3rs_assets.reconcile.hashing` for why it has no blind
-        spot."""
-        t = self.target
-        return (
-            self.columns == "key"
-            and all(_integer_digits(self._col(k)) for k in t.primary_key)
-            and self._col(t.cursor).data_type in TEMPORAL
-            and len(self._digits()) <= hashing.MAX_DIGITS
-        )
-
-    def _digits(self, parts: dict[str, str] | None = None) -> list[str]:
-        """The row's digits as SQL: each key column's, then the cursor's (hashing.py).
-        `parts` names columns of a subquery holding `cursor_parts()` (computed once per
-        row); by default the parts are computed in place."""
-        out: list[str] = []
-        for k in self.target.primary_key:
-            col = self._col(k)
-            out += [self._int_digit(self.q(k), col, i) for i in range(_integer_digits(col))]
-        p = parts or self.cursor_parts()
-        if "days" in p:
-            return [*out, f"COALESCE({p['days']}, {hashing.NULL_DAYS})"]
-        s, b = p["s"], hashing.SECONDS_BLOCK
-        low = f"MOD({s}, {b}) * 1000000" + (f" + {p['us']}" if "us" in p else "")
-        div = f"{s} DIV {b}" if self.mysql else f"{s} / {b}"
-        return [*out, f"COALESCE({low}, 0)", f"COALESCE({div}, {hashing.NULL_DAYS})"]
+        numbers on each side. See `s3rs_assets.int_hash` for why it has no blind spot."""
+        return self.columns == "key" and self.ints.applies
 
     def cursor_parts(self) -> dict[str, str]:
-        """The cursor as integers: whole days since 1970 (DATE), or whole seconds since
-        1970 (`s`, floor) and microseconds (`us`, when the type has a fraction); NULL for a
-        NULL or zero(-in)-date cursor. The cheapest exact functions of each database."""
-        col = self._col(self.target.cursor)
-        c = self.q(col.name)
-        if col.data_type == "date":
-            if self.mysql:
-                return {"days": f"(TO_DAYS({c}) - 719528)"}
-            if self.side == "postgres":
-                return {"days": f"({c} - DATE '1970-01-01')"}
-            return {"days": f"DATEDIFF(day, CAST('1970-01-01' AS DATE), {c})"}
-        fraction = "(" in col.column_type and not col.column_type.endswith("(0)")
-        if self.mysql:
-            out = {"s": f"(TO_SECONDS({c}) - 62167219200)", "us": f"MICROSECOND({c})"}
-        elif self.side == "postgres":
-            out = {"s": f"CAST(FLOOR(EXTRACT(EPOCH FROM {c})) AS BIGINT)",
-                   "us": f"MOD(CAST(EXTRACT(MICROSECONDS FROM {c}) AS BIGINT), 1000000)"}
-        else:
-            out = {"s": f"DATEDIFF(second, CAST('1970-01-01' AS TIMESTAMP), {c})",
-                   "us": f"DATEDIFF(microsecond, DATE_TRUNC('second', {c}), {c})"}
-        if not fraction:
-            del out["us"]
-        return out
-
-    def _mod(self, v: str) -> str:
-        return f"MOD({v}, {hashing.RADIX})"
-
-    def _div(self, v: str, by: int, *, integral: bool) -> str:
-        """`v` divided by `by`, truncated toward zero (as MOD's remainder expects)."""
-        if self.side == "mysql":
-            return f"{v} DIV {by}"
-        if integral:  # integer division truncates on both
-            return f"({v} / {by})"
-        if self.side == "postgres":
-            return f"CAST(DIV({v}, {by}) AS BIGINT)"
-        return f"CAST(FLOOR({v} / {by}) AS BIGINT)"  # DECIMAL(20,0): never negative
-
-    def _int_digit(self, v: str, col: SourceColumn, i: int) -> str:
-        """Digit `i` of an integer column (hashing.RADIX-ary, truncated division)."""
-        n = _integer_digits(col)
-        integral = _is_integer(col)
-        r = hashing.RADIX
-        if i == 0:
-            return self._mod(v)
-        if i == n - 1:
-            return f"({self._div(v, r**i, integral=integral)})"
-        return self._mod(self._div(v, r**i, integral=integral))
+        return self.ints.cursor_parts()
 
     def _arithmetic_hash(self, parts: dict[str, str] | None = None) -> str:
-        """hashing.row_hash as SQL: two products of (digit + offset) modulo 2^31-1. Every
-        factor lies in [1, 2^31 - 2], so each product fits BIGINT; the first offset is a
-        BIGINT so that PostgreSQL and Redshift multiply in 64 bits."""
-        p = hashing.P
-        digits = self._digits(parts)
-        out = []
-        for j in range(2):
-            h = ""
-            for i, d in enumerate(digits):
-                t = hashing.offset(j, i)
-                if not h:
-                    big = str(t) if self.mysql else f"CAST({t} AS BIGINT)"
-                    h = f"({d} + {big})"
-                else:
-                    h = f"MOD({h} * ({d} + {t}), {p})"
-            out.append(h)
-        h = f"({out[0]} + 2147483648 * {out[1]})"
-        return f"CAST({h} AS DECIMAL(38,0))" if self.side == "redshift" else h
+        return self.ints.row_hash(parts)
 
     def _md5_digits(self, start: int, count: int) -> str:
         fn = "SUBSTR" if self.side == "postgres" else "SUBSTRING"
@@ -263,7 +181,7 @@ class TableSQL:
             return self._md5_digits(len(sp.parent.prefix) + 1, sp.digits), []
         assert sp.parent.lo is not None and sp.parent.hi is not None
         k0 = self.first_key
-        integral = _is_integer(self._col(self.target.primary_key[0]))
+        integral = is_integer(self._col(self.target.primary_key[0]))
         lo, params = sp.parent.lo + 1, [sp.parent.lo + 1]
         if sp.parent.hi - sp.parent.lo >= 2**62:
             k0 = f"CAST({k0} AS {'NUMERIC' if self.side == 'postgres' else 'DECIMAL(20,0)'})"
@@ -369,19 +287,6 @@ class TableSQL:
         if not self.mysql:
             out += f", {self.q(DELETED_AT)}" if self.soft_deletes else ", NULL"
         return out
-
-
-def _is_integer(col: SourceColumn) -> bool:
-    return col.data_type in INTEGER_TYPES and not (
-        col.data_type == "bigint" and col.unsigned
-    ) and not col.column_type.startswith("tinyint(1)")
-
-
-def _integer_digits(col: SourceColumn) -> int:
-    """How many hashing.RADIX digits an integer column needs (0: not an integer)."""
-    if col.data_type not in INTEGER_TYPES or col.column_type.startswith("tinyint(1)"):
-        return 0
-    return hashing.digits_for(col.data_type)
 
 
 def first_key_is_integer(target: LoadTarget) -> bool:
