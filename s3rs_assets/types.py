@@ -149,7 +149,9 @@ def column_type(col: SourceColumn) -> ColumnType:
             )
         return ColumnType(("decimal128", p, s), f"DECIMAL({p},{s})")
     if t == "float":
-        return ColumnType(("float32",), "REAL")
+        # MariaDB's text protocol (the JDBC reader's) prints FLOAT with 6 digits: 16777216
+        # would arrive as 16777200. The exact DOUBLE it widens to narrows back exactly.
+        return ColumnType(("float32",), "REAL", select_cast="DOUBLE")
     if t in ("double", "real"):
         return ColumnType(("float64",), "DOUBLE PRECISION")
     if t == "date":
