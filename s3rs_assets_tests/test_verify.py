@@ -65,36 +65,53 @@ def _rows() -> list[dict]:
     return rows
 
 
-@pytest.fixture
-def loaded(mysql_conn, pg_url, s3_resource, s3_client, bucket):
+def _both_sides(
+    env: tuple, ddl: str, columns: list[SourceColumn], key: list[str], rows: list[dict]
+) -> tuple[WarehouseResource, LoadTarget, TableConfig]:
+    """`rows` in a new MySQL table (`ddl`: its columns) and, one parquet file per
+    partition, loaded into the warehouse as stage 2 loads them."""
+    mysql_conn, pg_url, s3_resource, s3_client, bucket = env
     table = f"t_{uuid.uuid4().hex[:8]}"
-    rows = _rows()
+    names = [c.name for c in columns]
     with mysql_conn.cursor() as cur:
-        cur.execute(
-            f"CREATE TABLE `{table}` (id BIGINT NOT NULL, code VARCHAR(20) NOT NULL, "
-            "flag TINYINT(1), amount DECIMAL(12,3), update_at DATETIME(6), "
-            "PRIMARY KEY (code, id), KEY (update_at))"
-        )
+        cur.execute(f"CREATE TABLE `{table}` ({ddl}, KEY (update_at))")
         cur.executemany(
-            f"INSERT INTO `{table}` VALUES (%s, %s, %s, %s, %s)",
-            [(r["id"], r["code"], r["flag"], r["amount"], r["update_at"]) for r in rows],
+            f"INSERT INTO `{table}` ({', '.join(names)}) VALUES ({', '.join(['%s'] * len(names))})",
+            [tuple(r[n] for n in names) for r in rows],
         )
     db = mysql_conn.db.decode() if isinstance(mysql_conn.db, bytes) else mysql_conn.db
     cfg = TableConfig.from_dict(
         {
             "name": f"{db}.{table}",
-            "primary_key": ["code", "id"],
+            "primary_key": key,
             "target": f"vf_{uuid.uuid4().hex[:8]}.{table}",
         }
     )
-    target = LoadTarget.from_table_config(cfg, COLUMNS)
+    target = LoadTarget.from_table_config(cfg, columns)
     wh = WarehouseResource(url=pg_url)
     for name, start, end in PARTITIONS:
         part = [r for r in rows if start <= r["update_at"] < end]
-        key = f"s3rs/data/{cfg.schema}/{table}/{name}/part-0.parquet"
-        f = put_parquet(s3_client, bucket, key, make_table(part, COLUMNS))
+        s3key = f"s3rs/data/{cfg.schema}/{table}/{name}/part-0.parquet"
+        f = put_parquet(s3_client, bucket, s3key, make_table(part, columns))
         load_files(wh, s3_resource, target, name, [f])
     return wh, target, cfg
+
+
+@pytest.fixture
+def env(mysql_conn, pg_url, s3_resource, s3_client, bucket):
+    return mysql_conn, pg_url, s3_resource, s3_client, bucket
+
+
+@pytest.fixture
+def loaded(env):
+    return _both_sides(
+        env,
+        "id BIGINT NOT NULL, code VARCHAR(20) NOT NULL, flag TINYINT(1), amount DECIMAL(12,3), "
+        "update_at DATETIME(6), PRIMARY KEY (code, id)",
+        COLUMNS,
+        ["code", "id"],
+        _rows(),
+    )
 
 
 INT_COLUMNS = [
@@ -106,11 +123,10 @@ INT_COLUMNS = [
 
 
 @pytest.fixture
-def loaded_ints(mysql_conn, pg_url, s3_resource, s3_client, bucket):
+def loaded_ints(env):
     """A composite integer key (INT, BIGINT) and a DATETIME(6) cursor: the checksum is
     int_hash's integer arithmetic on both sides. Keys near both ends of BIGINT, negative
     shards, ties, whole seconds and microseconds."""
-    table = f"i_{uuid.uuid4().hex[:8]}"
     rows = [
         {
             "shard": (i % 7) - 3,
@@ -120,32 +136,11 @@ def loaded_ints(mysql_conn, pg_url, s3_resource, s3_client, bucket):
         }
         for i in range(60)
     ]
-    with mysql_conn.cursor() as cur:
-        cur.execute(
-            f"CREATE TABLE `{table}` (shard INT NOT NULL, id BIGINT NOT NULL, "
-            "amount DECIMAL(12,3), update_at DATETIME(6), PRIMARY KEY (shard, id), "
-            "KEY (update_at))"
-        )
-        cur.executemany(
-            f"INSERT INTO `{table}` VALUES (%s, %s, %s, %s)",
-            [(r["shard"], r["id"], r["amount"], r["update_at"]) for r in rows],
-        )
-    db = mysql_conn.db.decode() if isinstance(mysql_conn.db, bytes) else mysql_conn.db
-    cfg = TableConfig.from_dict(
-        {
-            "name": f"{db}.{table}",
-            "primary_key": ["shard", "id"],
-            "target": f"vi_{uuid.uuid4().hex[:8]}.{table}",
-        }
+    ddl = (
+        "shard INT NOT NULL, id BIGINT NOT NULL, amount DECIMAL(12,3), update_at DATETIME(6), "
+        "PRIMARY KEY (shard, id)"
     )
-    target = LoadTarget.from_table_config(cfg, INT_COLUMNS)
-    wh = WarehouseResource(url=pg_url)
-    for name, start, end in PARTITIONS:
-        part = [r for r in rows if start <= r["update_at"] < end]
-        key = f"s3rs/data/{cfg.schema}/{table}/{name}/part-0.parquet"
-        f = put_parquet(s3_client, bucket, key, make_table(part, INT_COLUMNS))
-        load_files(wh, s3_resource, target, name, [f])
-    return wh, target, cfg, rows
+    return (*_both_sides(env, ddl, INT_COLUMNS, ["shard", "id"], rows), rows)
 
 
 def test_integer_keys_are_checksummed_with_integer_arithmetic(loaded_ints, mysql_conn, pg_url):
