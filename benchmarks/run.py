@@ -21,6 +21,11 @@ Suites (one module each; the shared timing, table and JSON code is in harness.py
   unchanged `sync -t` and a --increment-row increment attached to a Spark Connect server,
   optionally for several code trees in turns (--small-code; issue 19).
 
+With --spark-connect the run starts one Spark Connect server and every suite's Spark
+attaches to it (its `s3rs sync` processes and its in-process stages), as runs do when
+`make ui` or `s3rs spark start` left one running: the Spark start-up figures are then an
+attach of about a second, not a JVM start (the smoke test's way: ~15 JVM starts fewer).
+
 Every size follows --rows, so `--rows 2000` is a smoke run. dlt and reladiff are
 optional: without them (the shared .venv) their lines are skipped with a note. The
 bucket, the PostgreSQL schema `s3rs_bench` and temporary files are removed at the end;
@@ -33,7 +38,8 @@ import argparse
 import os
 import sys
 import warnings
-from contextlib import suppress
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from benchmarks import (
@@ -46,9 +52,18 @@ from benchmarks import (
     suite_small,
 )
 from benchmarks.context import Ctx
-from benchmarks.harness import machine_info, print_report, say, uptime, write_json
+from benchmarks.harness import machine_info, print_report, say, timed, uptime, write_json
 from benchmarks.memory import MemSampler
-from benchmarks.services import bucket, dagster_home, drop_pg, mysql_base, pg_base, s3_endpoint
+from benchmarks.services import (
+    bucket,
+    dagster_home,
+    drop_pg,
+    environ,
+    mysql_base,
+    pg_base,
+    s3_endpoint,
+    spark_connect,
+)
 
 SUITES = {
     "core": suite_core.run,
@@ -76,6 +91,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--json", type=Path, help="write all measurements to this file")
     ap.add_argument("--keep-pg", action="store_true", help="keep PostgreSQL schema s3rs_bench")
     ap.add_argument("--dagster-log-level", default="WARNING")
+    ap.add_argument("--spark-connect", action="store_true",
+                    help="one Spark Connect server (--small-master) for the whole run: every "
+                    "suite's Spark attaches to it (S3RS_SPARK_MASTER), so Spark start-up "
+                    "figures are an attach, not a JVM start; suite small uses it too")
     core = ap.add_argument_group("core")
     core.add_argument("--stages", default="backup,load,e2e", help="subset of backup,load,e2e")
     core.add_argument("--no-naive", action="store_true", help="skip the pymysql + pandas run")
@@ -107,6 +126,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     fleet.add_argument("--fleet-real", type=int, default=200,
                        help="real small tables synced with --parallel (0: skip)")
     fleet.add_argument("--fleet-parallel", type=int, default=4)
+    fleet.add_argument("--fleet-tries", type=int, default=2,
+                       help="run worker and `sync -t` start-ups: the best of this many "
+                       "(default 2; 1 for a smoke run)")
     fleet.add_argument("--no-fleet-load", dest="fleet_load", action="store_false",
                        help="skip the definitions load timings")
     scan = ap.add_argument_group("fleet_scan")
@@ -118,7 +140,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                        help="rows of the small table (at most --rows; default 3000)")
     small.add_argument("--small-repeat", type=int, default=5, help="repeats of each command")
     small.add_argument("--small-master", default="local[2]",
-                       help="master of the suite's Spark Connect server (default local[2])")
+                       help="master of the suite's Spark Connect server, or of the run's with "
+                       "--spark-connect (default local[2])")
     small.add_argument("--small-code", default="",
                        help="code trees (comma-separated) whose commands run in turns "
                        "(default: this one)")
@@ -140,8 +163,9 @@ def check_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> argpars
         args.fleet_sizes = [int(n) for n in str(args.fleet_sizes).split(",") if n.strip()]
     except ValueError:
         ap.error(f"--fleet-sizes takes comma-separated counts, got {args.fleet_sizes!r}")
-    if min(args.rows, args.chunk_rows, args.parallelism, args.increment) < 1:
-        ap.error("--rows, --chunk-rows, --parallelism and --increment must be positive")
+    if min(args.rows, args.chunk_rows, args.parallelism, args.increment, args.fleet_tries) < 1:
+        ap.error("--rows, --chunk-rows, --parallelism, --increment and --fleet-tries must be "
+                 "positive")
     return args
 
 
@@ -151,15 +175,17 @@ def run_suites(args: argparse.Namespace) -> dict:
     say(f"machine: {doc['machine']}")
     say(f"uptime at start: {doc['uptime_start']}")
     mysql, pg = mysql_base(), pg_base()
-    with s3_endpoint() as s3info, dagster_home(), bucket() as name:
+    with s3_endpoint() as s3info, dagster_home(), bucket() as name, shared_spark(args):
         mem = MemSampler(exclude={s3info["moto_pid"]} if s3info.get("moto_pid") else set())
         mem.start()
         ctx = Ctx(args, mysql, pg, mem, name)
         try:
             for suite in args.suites:
-                report = SUITES[suite](ctx)
+                with timed() as t:
+                    report = SUITES[suite](ctx)
                 print_report(report)
-                doc["suites"][suite] = report.as_json()
+                doc["suites"][suite] = {**report.as_json(), "suite_seconds": t["s"]}
+                say(f"== suite {suite}: {t['s']:.1f} s wall; {uptime()}")
         finally:
             mem.stop_event.set()
             if not args.keep_pg:
@@ -168,6 +194,17 @@ def run_suites(args: argparse.Namespace) -> dict:
     doc["uptime_end"] = uptime()
     say(f"uptime at end: {doc['uptime_end']}")
     return doc
+
+
+@contextmanager
+def shared_spark(args: argparse.Namespace) -> Iterator[None]:
+    """With --spark-connect: the run's Spark Connect server, S3RS_SPARK_MASTER pointing at
+    it (the `s3rs sync` processes inherit it; the in-process stages read it)."""
+    if not args.spark_connect:
+        yield
+        return
+    with spark_connect(args.small_master) as url, environ(S3RS_SPARK_MASTER=url):
+        yield
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,4 +1,5 @@
-"""The services a benchmark talks to: MariaDB/MySQL, PostgreSQL, S3 (moto), Dagster's home.
+"""The services a benchmark talks to: MariaDB/MySQL, PostgreSQL, S3 (moto), Dagster's home,
+a Spark Connect server of its own.
 
 URLs come from the environment as for s3rs itself (S3RS_MYSQL_URL; S3RS_BENCH_PG_URL or
 S3RS_REDSHIFT_URL, which must be PostgreSQL; AWS_ENDPOINT_URL_S3). Every suite works in
@@ -14,8 +15,9 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -24,6 +26,7 @@ import boto3
 import psycopg
 import pymysql
 
+from benchmarks.harness import say
 from s3rs_assets.config import DatabaseURL, TableConfig
 from s3rs_assets.source import describe
 from s3rs_assets.types import column_type
@@ -192,7 +195,7 @@ def mysql_cli_args(u: DatabaseURL, sql: str) -> list[str]:
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        return int(s.getsockname()[1])
 
 
 class OwnMoto:
@@ -306,6 +309,48 @@ def dagster_home() -> Iterator[str]:
         else:
             os.environ["DAGSTER_HOME"] = saved
         shutil.rmtree(home, ignore_errors=True)
+
+
+@contextmanager
+def environ(**values: str) -> Iterator[None]:
+    """os.environ with `values` set (the CLI processes inherit them), restored after."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@contextmanager
+def spark_connect(master: str) -> Iterator[str]:
+    """A Spark Connect server of the benchmark's own (a free port, a temporary state
+    directory), stopped at the end; yields the URL runs attach with."""
+    from s3rs_assets import spark_server
+
+    state = Path(tempfile.mkdtemp(prefix="s3rs-bench-connect-"))
+    settings = spark_server.ServerSettings(port=free_port(), master=master, state_dir=state)
+    t0 = time.perf_counter()
+    client = None
+    try:
+        proc = spark_server.launch(settings)
+        spark_server.wait_ready(settings, proc)
+        say(f"    Spark Connect server {settings.url} ready in {time.perf_counter() - t0:.1f} s")
+        from pyspark.sql import SparkSession
+
+        client = SparkSession.builder.remote(settings.url).getOrCreate()  # wait_ready's
+        yield settings.url
+    finally:
+        if client is not None:
+            # released while the server still answers: left open, its release at exit
+            # retries against a stopped server for minutes
+            with suppress(Exception):
+                client.stop()
+        spark_server.stop(state)
 
 
 def source_columns(u: DatabaseURL, table: str):

@@ -20,14 +20,11 @@ the same load. Figures are the minimum and median of the repeats, with the load 
 from __future__ import annotations
 
 import os
-import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -35,7 +32,7 @@ from typing import Any
 from benchmarks.context import Ctx
 from benchmarks.harness import Report, say, uptime
 from benchmarks.seeds import add_decimal_rows, decimal_table
-from benchmarks.services import SCHEMA, ensure_pg, mysql_exec
+from benchmarks.services import SCHEMA, ensure_pg, environ, mysql_exec, spark_connect
 from benchmarks.sync_cli import SyncEnv
 
 #: the targets of issue 19, seconds per whole command
@@ -56,52 +53,11 @@ def commands(name: str) -> dict[str, tuple[str, ...]]:
     }
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextmanager
-def spark_connect(master: str) -> Iterator[str]:
-    """A Spark Connect server of this suite's own (a free port, a temporary state
-    directory), stopped at the end; yields the URL runs attach with."""
-    from s3rs_assets import spark_server
-
-    state = Path(tempfile.mkdtemp(prefix="s3rs-bench-connect-"))
-    settings = spark_server.ServerSettings(port=free_port(), master=master, state_dir=state)
-    t0 = time.perf_counter()
-    client = None
-    try:
-        proc = spark_server.launch(settings)
-        spark_server.wait_ready(settings, proc)
-        say(f"    Spark Connect server {settings.url} ready in {time.perf_counter() - t0:.1f} s")
-        from pyspark.sql import SparkSession
-
-        client = SparkSession.builder.remote(settings.url).getOrCreate()  # wait_ready's
-        yield settings.url
-    finally:
-        if client is not None:
-            # released while the server still answers: left open, its release at exit
-            # retries against a stopped server for minutes
-            with suppress(Exception):
-                client.stop()
-        spark_server.stop(state)
-
-
-@contextmanager
-def environ(**values: str) -> Iterator[None]:
-    """os.environ with `values` set (the CLI processes inherit them), restored after."""
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+def server(ctx: Ctx) -> AbstractContextManager[str]:
+    """The run's Spark Connect server (--spark-connect), else one of this suite's own."""
+    if ctx.args.spark_connect:
+        return nullcontext(os.environ["S3RS_SPARK_MASTER"])
+    return spark_connect(ctx.args.small_master)
 
 
 def code_trees(ctx: Ctx) -> list[str]:
@@ -151,7 +107,7 @@ def run(ctx: Ctx) -> Report:
     timeout = ctx.args.sync_timeout
     next_id = rows + 1
     try:
-        with spark_connect(ctx.args.small_master) as url, environ(S3RS_SPARK_MASTER=url):
+        with server(ctx) as url, environ(S3RS_SPARK_MASTER=url):
             first = sync.sync([name], timeout=timeout)
             rep.details["first_sync_seconds"] = first.seconds
             loads.append(uptime())

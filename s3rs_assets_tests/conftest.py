@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -171,3 +172,30 @@ def spark(spark_resource):
     session = spark_resource.session()
     yield session
     session.stop()
+
+
+# Seconds per test file (setup + call + teardown, so a module fixture counts where it is
+# used), printed after the run: CI's 30 minutes are watched from its own output, and
+# --durations lists single phases, not what a whole file costs.
+_FILE_SECONDS: dict[str, float] = {}
+FILES_SHOWN = 15
+_LOADED = time.monotonic()  # this conftest loads before collection: the session's start
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    path = report.nodeid.split("::", 1)[0]
+    _FILE_SECONDS[path] = _FILE_SECONDS.get(path, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if not _FILE_SECONDS:
+        return
+    total = sum(_FILE_SECONDS.values())
+    largest = sorted(_FILE_SECONDS.items(), key=lambda kv: kv[1], reverse=True)[:FILES_SHOWN]
+    terminalreporter.write_sep("=", f"seconds per test file (largest {len(largest)} of "
+                                    f"{len(_FILE_SECONDS)})")
+    for path, seconds in largest:
+        terminalreporter.write_line(f"{seconds:9.1f} s  {seconds / total:5.1%}  {path}")
+    terminalreporter.write_line(f"{total:9.1f} s  in all test files (setup, call, teardown)")
+    terminalreporter.write_line(f"{time.monotonic() - _LOADED:9.1f} s  session wall time "
+                                "(collection included)")
