@@ -20,6 +20,7 @@ the same load. Figures are the minimum and median of the repeats, with the load 
 from __future__ import annotations
 
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -70,15 +71,26 @@ def code_trees(ctx: Ctx) -> list[str]:
     return trees
 
 
-def timed_cli(sync: SyncEnv, args: tuple[str, ...], timeout: float) -> tuple[float, int | None]:
-    t0 = time.perf_counter()
+def children_cpu() -> float:
+    """CPU seconds (user + system) of this process's ended and reaped children: around one
+    CLI process, its own CPU (the Spark Connect server, a child too, is reaped only at the
+    end). On a shared machine CPU compares trees better than wall time does."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def timed_cli(
+    sync: SyncEnv, args: tuple[str, ...], timeout: float
+) -> tuple[float, int | None, float]:
+    """(wall seconds, exit code, CPU seconds) of `s3rs args` in a fresh process."""
+    c0, t0 = children_cpu(), time.perf_counter()
     out = sync.cli(*args, check=False, timeout=timeout)
-    seconds = time.perf_counter() - t0
+    seconds, cpu = time.perf_counter() - t0, children_cpu() - c0
     if out.returncode not in (0, 1):
         raise SystemExit(
             f"bench: `s3rs {' '.join(args)}` exited {out.returncode}:\n{out.output[-3000:]}"
         )
-    return seconds, out.returncode
+    return seconds, out.returncode, cpu
 
 
 def run(ctx: Ctx) -> Report:
@@ -115,13 +127,18 @@ def run(ctx: Ctx) -> Report:
                 for tree in trees:
                     with environ(PYTHONPATH=tree):
                         for key, args in commands(name).items():
-                            secs, _ = timed_cli(sync, args, timeout)
+                            secs, _, cpu = timed_cli(sync, args, timeout)
                             times[tree].setdefault(key, []).append(secs)
+                            times[tree].setdefault(f"{key}_cpu", []).append(cpu)
                         at = (datetime.now(UTC) - timedelta(minutes=30)).replace(tzinfo=None)
                         add_decimal_rows(ctx.mysql, table, next_id, n, at)
                         next_id += n
+                        c0 = children_cpu()
                         res = sync.sync([name], timeout=timeout)
                         times[tree].setdefault("sync_increment", []).append(res.seconds)
+                        times[tree].setdefault("sync_increment_cpu", []).append(
+                            children_cpu() - c0
+                        )
                         times[tree].setdefault("increment_runs", []).append(res.runs_seconds)
                         if not res.runs.get(name):
                             raise SystemExit(f"bench: the increment made no run:\n{res.output}")
