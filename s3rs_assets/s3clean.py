@@ -8,9 +8,12 @@ else `orphan` (no state needs it). The ledger is the only source asked: when the
 cannot be reached, nothing is listed or deleted (ConfigError, exit 2) — the watermark's
 copy of the ledger could call a not-yet-loaded file loaded. Only loaded files are deleted
 unless `force`; watermark objects never are. An unloaded file deleted with `force` is not
-lost data: the next sync finds it gone and reads its partition from MySQL again
-(work.py). Partition manifests keep listing deleted loaded files: they are the history of
-what was extracted and loaded.
+lost data: its partition is dropped from the record at once (`forget_lost`), so the next
+backup reads its rows from MySQL again — `sync --backup-only` too, which asks no warehouse
+and so could not tell such a file from a loaded one (a truncated target's files are
+unloaded for the ledger while the record's mirror still calls them loaded). Partition
+manifests keep listing deleted loaded files: they are the history of what was extracted
+and loaded.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Any
 from s3rs_assets.config import TableConfig
 from s3rs_assets.errors import ConfigError
 from s3rs_assets.load import ledger_versions
+from s3rs_assets.watermark.edits import forget_lost
 
 STATES = ("loaded", "unloaded", "orphan")
 _DELETE_BATCH = 1000  # S3 DeleteObjects takes at most 1,000 keys
@@ -179,4 +183,11 @@ def clean(
         errs = {e["Key"]: e.get("Code", "error") for e in resp.get("Errors", [])}
         report.failed.update(errs)
         report.deleted += [k for k in batch if k not in errs]
+    gone = set(report.deleted)
+    lost: dict[str, list[str]] = {}
+    for o in doomed:
+        if o["state"] == "unloaded" and o["key"] in gone:
+            lost.setdefault(o["partition"], []).append(o["key"])
+    if lost:
+        forget_lost(store, table.name, lost)
     return report

@@ -32,7 +32,7 @@ from s3rs_assets.load import ledger_versions
 from s3rs_assets.partitions import partition_keys, time_windows, windows
 from s3rs_assets.source import check_clock, describe, safety_bound
 from s3rs_assets.watermark import FileEntry, LoadState, WatermarkRecord
-from s3rs_assets.watermark.edits import first_incomplete
+from s3rs_assets.watermark.edits import first_incomplete, forget_lost
 
 Loaded = set[tuple[str, str]]  # (file key, md5) the warehouse ledger holds
 
@@ -203,20 +203,6 @@ def lost_files(
         if gone:
             lost[partition] = gone
     return lost
-
-
-def forget_lost(store: Any, table: str, lost: dict[str, list[str]]) -> WatermarkRecord:
-    """Drop the partitions that lost unloaded files from the record (compare-and-swap):
-    the next backup reads their windows from the start again."""
-
-    def change(rec: WatermarkRecord) -> None:
-        for key in lost:
-            state = rec.partitions.pop(key, None)
-            rec.loaded_partitions.pop(key, None)
-            if state is not None:
-                rec.reopen(state.window_start, state.window_end)
-
-    return store.update(table, change).record
 
 
 def _held(record: WatermarkRecord, loaded: Loaded) -> dict[str, dict[str, FileEntry]]:

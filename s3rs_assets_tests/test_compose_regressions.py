@@ -123,6 +123,29 @@ def test_an_emptied_or_dropped_target_is_not_in_sync(world, damage, flags):
     assert w.warehouse_rows() == w.mysql_rows() and len(w.mysql_rows()) == 30
 
 
+def test_files_of_an_emptied_target_deleted_by_force_are_read_again_by_a_backup(world):
+    """Found by the state machine (stop 25): sync, TRUNCATE the target, `s3clean --force`
+    (the ledger calls every file unloaded: all deleted), then `sync --backup-only`, which
+    asks no warehouse and whose record still called the files loaded: it read nothing, and
+    the rows were neither in S3 nor in the warehouse until the next full sync. Now the
+    forced delete drops those partitions from the record at once: the backup-only sync
+    reads them again, and the full sync after it loads every row."""
+    w = _thirty(world)
+    assert sync(w).exit_code == 0
+    w.target_sql("TRUNCATE {t}")
+    r = invoke("s3clean", "clean", "-t", w.name, "--force")
+    assert r.exit_code == 0, r.output
+    assert not w.objects()
+    r = sync(w, "--backup-only")
+    assert r.exit_code == 0, r.output
+    there = w.objects()
+    keys = [f.key for p in w.record().partitions.values() for f in p.files
+            if there.get(f.key) == f.md5]
+    assert {i for i, _ in w.file_rows(keys)} == set(w.mysql_rows()), r.output
+    assert sync(w).exit_code == 0
+    assert w.warehouse_rows() == w.mysql_rows() and len(w.mysql_rows()) == 30
+
+
 # ------------------------------------------------------------------------------ item 3
 
 

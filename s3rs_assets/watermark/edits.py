@@ -164,6 +164,21 @@ _DIFF_FIELDS = (
 )
 
 
+def forget_lost(store: Any, table: str, lost: dict[str, list[str]]) -> WatermarkRecord:
+    """Drop the partitions that lost unloaded files from the record (compare-and-swap):
+    the next backup reads their windows from the start again. The sync's planner calls it
+    for files it finds gone, `s3clean --force` for the unloaded files it deletes."""
+
+    def change(rec: WatermarkRecord) -> None:
+        for key in lost:
+            state = rec.partitions.pop(key, None)
+            rec.loaded_partitions.pop(key, None)
+            if state is not None:
+                rec.reopen(state.window_start, state.window_end)
+
+    return store.update(table, change).record
+
+
 def _show(value: Any) -> str:
     if isinstance(value, datetime):
         return fmt(value)
