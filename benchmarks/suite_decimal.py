@@ -172,7 +172,7 @@ def targets(rep: Report) -> list[str]:
 
     for what, a, b, goal in (
         ("end to end (Spark start excluded) vs floor", "stages", "floor", 0.6),
-        ("s3rs sync wall minus Spark start (no Spark Connect yet) vs floor",
+        ("s3rs sync wall minus its Spark start-up (or attach) vs floor",
          "sync_fresh_nospark", "floor", 0.45),
         ("end to end (Spark start excluded) vs dlt", "stages", "dlt", 3.0),
         ("load stage vs psycopg COPY", "load", "copy", 1.0),
