@@ -274,19 +274,7 @@ def warehouse_checksum_sql(target: LoadTarget, dialect: Dialect, n: int) -> str:
     where = f"{c} >= %s AND {c} < %s"
     ints = IntHashSQL(dialect, target)
     if ints.applies and dialect == "postgres":
-        # OFFSET 0 keeps PostgreSQL from inlining the subquery: the cursor's parts (numeric
-        # EXTRACTs, the costly part) are computed once per row, not once per digit
-        parts = ints.cursor_parts()
-        names = {k: pg_quote(f"s3rs_{k}") for k in parts}
-        inner = ", ".join(
-            [f'{_bucket(c, n)} AS "s3rs_p"', *(pg_quote(k) for k in target.primary_key),
-             *(f"{v} AS {names[k]}" for k, v in parts.items())]
-        )
-        return (
-            f'SELECT "s3rs_p", COUNT(*), COALESCE(SUM({ints.row_hash(names)}), 0) '
-            f"FROM (SELECT {inner} FROM {pg_table(target.schema, target.table)} "
-            f'WHERE {where} OFFSET 0) AS "s3rs_rows" GROUP BY 1'
-        )
+        return ints.postgres_sums(_bucket(c, n), pg_table(target.schema, target.table), where)
     h = ints.row_hash() if ints.applies else warehouse_hash_expr(target, dialect)
     return (
         f'SELECT {_bucket(c, n)} AS "p", COUNT(*), COALESCE(SUM({h}), 0) '

@@ -111,7 +111,7 @@ class TableSQL:
 
     def row_hash(self) -> str:
         if self.arithmetic:
-            return self._arithmetic_hash()
+            return self.ints.row_hash()
         fields = [self.hash_field(c) for c in self.hashed_columns()]
         if self.mysql:
             return mysql_row_hash(fields)
@@ -128,12 +128,6 @@ class TableSQL:
         with integer arithmetic instead of MD5 over text: no per-row formatting, the same
         numbers on each side. See `s3rs_assets.int_hash` for why it has no blind spot."""
         return self.columns == "key" and self.ints.applies
-
-    def cursor_parts(self) -> dict[str, str]:
-        return self.ints.cursor_parts()
-
-    def _arithmetic_hash(self, parts: dict[str, str] | None = None) -> str:
-        return self.ints.row_hash(parts)
 
     def _md5_digits(self, start: int, count: int) -> str:
         fn = "SUBSTR" if self.side == "postgres" else "SUBSTRING"
@@ -212,21 +206,7 @@ class TableSQL:
         where, wparams = self._where(sp.parent, bound)
         total = "CAST(SUM({h}) AS DECIMAL(38,0))" if self.side == "redshift" else "SUM({h})"
         if self.arithmetic and self.side == "postgres":
-            # OFFSET 0 keeps PostgreSQL from inlining the subquery: the cursor's parts
-            # (numeric EXTRACTs, the costly part) are computed once per row, not per digit
-            parts = self.cursor_parts()
-            names = {k: self.q(f"s3rs_{k}") for k in parts}
-            inner = ", ".join(
-                [f"{child} AS {self.q('s3rs_child')}",
-                 *(self.q(k) for k in self.target.primary_key),
-                 *(f"{v} AS {names[k]}" for k, v in parts.items())]
-            )
-            sql = (
-                f"SELECT {self.q('s3rs_child')}, COUNT(*), "
-                f"COALESCE({total.format(h=self._arithmetic_hash(names))}, 0) "
-                f"FROM (SELECT {inner} FROM {self.qualified} WHERE {where} OFFSET 0) "
-                f"AS {self.q('s3rs_rows')} GROUP BY 1"
-            )
+            sql = self.ints.postgres_sums(child, self.qualified, where)
             return sql, [*cparams, *wparams]
         if self.side == "postgres":
             # The row hash in a subquery (OFFSET 0: never inlined), so the GROUP BY sees
