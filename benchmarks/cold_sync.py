@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import tempfile
 import time
@@ -30,7 +29,7 @@ from typing import Any
 
 import dagster as dg
 
-from benchmarks.harness import say
+from benchmarks.harness import children_cpu, say
 from benchmarks.seeds import decimal_table
 from benchmarks.services import (
     REPO,
@@ -109,10 +108,10 @@ def one_turn(args: argparse.Namespace, label: str, code: str, home: str, n: int,
     prefix = f"cold-{label}-{n}"
     env = SyncEnv(mysql_base(), pg_base(), bucket_name, prefix, [entry])
     load0 = os.getloadavg()
-    cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu0 = children_cpu()
     t0 = time.time()
     res = env.sync([f"{SCHEMA}.{table}"])
-    cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu1 = children_cpu()
     instance = dg.DagsterInstance.get()
     records = instance.get_run_records(
         filters=dg.RunsFilter(tags={TABLE_TAG: f"{SCHEMA}.{table}"},
@@ -120,7 +119,7 @@ def one_turn(args: argparse.Namespace, label: str, code: str, home: str, n: int,
     runs = [timeline(instance, r.dagster_run.run_id, t0) for r in reversed(records)]
     out = {
         "code": label, "turn": n, "wall_s": round(res.seconds, 2),
-        "cli_cpu_s": round((cpu1.ru_utime + cpu1.ru_stime) - (cpu0.ru_utime + cpu0.ru_stime), 2),
+        "cli_cpu_s": round(cpu1 - cpu0, 2),
         "load_before": [round(x, 2) for x in load0],
         "load_after": [round(x, 2) for x in os.getloadavg()],
         "runs": runs,

@@ -14,7 +14,6 @@ one-asset job on it (`execute_job`, in-process executor: SQLite run, event log a
 from __future__ import annotations
 
 import os
-import resource
 import shutil
 import statistics
 import subprocess
@@ -22,6 +21,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from benchmarks.harness import children_cpu
 
 REPO = Path(__file__).resolve().parents[1]
 IMPORTS = (
@@ -55,11 +56,6 @@ def floor_job():  # noqa: ANN201 - dagster is imported by the steps only
         jobs=[dg.define_asset_job("floor", selection=[one])],
         executor=dg.in_process_executor,
     ).resolve_job_def("floor")
-
-
-def children_cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
 
 
 def main(turns: int) -> None:

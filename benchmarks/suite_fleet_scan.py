@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -35,7 +34,7 @@ import botocore.client
 import pymysql.cursors
 
 from benchmarks.context import Ctx
-from benchmarks.harness import Report, say, timed, uptime
+from benchmarks.harness import Report, children_cpu, say, timed, uptime
 from benchmarks.services import SCHEMA, mysql_connect, url_text
 
 PREFIX = "fleetscan"
@@ -225,7 +224,7 @@ def run(ctx: Ctx) -> Any:
     ):
         if key == "status_one_changed":
             store.update(changed.name, lambda rec: setattr(rec, "last_error", "bench"))
-        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu0 = children_cpu()
         with timed() as t:
             proc = subprocess.run(
                 [sys.executable, "-m", "s3rs_assets.cli", "status", "--json"],
@@ -233,8 +232,7 @@ def run(ctx: Ctx) -> Any:
                 capture_output=True,
                 text=True,
             )
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpu = (after.ru_utime + after.ru_stime) - (children.ru_utime + children.ru_stime)
+        cpu = children_cpu() - cpu0
         report.add("scan", f"s3rs status --json (fresh process), {what}", n, t["s"], key=key)
         report.details.setdefault("calls", {})[key] = {"cpu_s": round(cpu, 3)}
         doc = json.loads(proc.stdout)

@@ -20,7 +20,6 @@ the same load. Figures are the minimum and median of the repeats, with the load 
 from __future__ import annotations
 
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -31,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.context import Ctx
-from benchmarks.harness import Report, say, uptime
+from benchmarks.harness import Report, children_cpu, say, uptime
 from benchmarks.seeds import add_decimal_rows, decimal_table
 from benchmarks.services import SCHEMA, ensure_pg, environ, mysql_exec, spark_connect
 from benchmarks.sync_cli import SyncEnv
@@ -69,14 +68,6 @@ def code_trees(ctx: Ctx) -> list[str]:
         if not (Path(tree) / "s3rs_assets" / "__init__.py").exists():
             raise SystemExit(f"bench: --small-code {tree} holds no s3rs_assets package")
     return trees
-
-
-def children_cpu() -> float:
-    """CPU seconds (user + system) of this process's ended and reaped children: around one
-    CLI process, its own CPU (the Spark Connect server, a child too, is reaped only at the
-    end). On a shared machine CPU compares trees better than wall time does."""
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
 
 
 def timed_cli(
