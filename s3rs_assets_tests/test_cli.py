@@ -968,7 +968,10 @@ def test_sync_both_stages_failed_table_named_others_run(stack, orders, monkeypat
     events = _json_lines(r.stderr)
     progress = [e for e in events if e["event"] == "progress" and e["table"] == name]
     assert progress and progress[-1]["rows"] == 60
-    assert {"partition", "rows_per_second", "seconds", "run_id"} <= set(progress[-1])
+    assert {"partition", "seconds", "run_id"} <= set(progress[-1])
+    # the rate needs two readings of the record: a run over before the monitor's second one
+    # has none (null fields are left out of a JSON line)
+    assert all(isinstance(e.get("rows_per_second", 0.0), float | int) for e in progress)
     # Dagster's console logger is silenced: every log line is JSON
     assert all(line.startswith("{") or line.startswith(("error", " ", broken, "failed:"))
                for line in r.stderr.splitlines() if line.strip())
