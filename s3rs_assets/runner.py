@@ -34,10 +34,18 @@ DEFINITIONS_MODULE = "s3rs_assets.runner"
 #: process executes its run, so a changed configuration is rebuilt at the next run.
 _EXECUTING: set[str] = set()
 _BUILT: dict[str, Any] = {}
-# One planned-materialization event per asset for a range run, not one per partition: a run
-# over 1,000 partitions then costs ~50 s less on SQLite (Dagster's own switch; the UI's
-# webserver and the daemon need it in their environment too: scripts/env.sh sets it).
-os.environ.setdefault("DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS", "1")
+
+
+def environment_defaults() -> None:
+    """One planned-materialization event per asset for a range run, not one per partition:
+    a run over 1,000 partitions then costs ~50 s less on SQLite (Dagster's own switch; the
+    UI's webserver and the daemon need it in their environment too: scripts/env.sh sets
+    it). Set at import, and again by an `s3rs server` worker taking its client's
+    environment."""
+    os.environ.setdefault("DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS", "1")
+
+
+environment_defaults()
 
 
 def sync_job(table: str) -> dg.JobDefinition:

@@ -7,6 +7,7 @@ and each test in its own bucket, so runs never see each other's data.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import sys
 import time
@@ -199,3 +200,41 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     terminalreporter.write_line(f"{total:9.1f} s  in all test files (setup, call, teardown)")
     terminalreporter.write_line(f"{time.monotonic() - _LOADED:9.1f} s  session wall time "
                                 "(collection included)")
+
+
+# ------------------------------------------------------------ a Spark Connect server
+
+CONNECT_DEADLINE = 300.0  # the JVM listening and its Python workers warm, on a busy machine
+CONNECT_READY = re.compile(
+    r"Spark Connect server ready: (sc://\S+) \(application (\S+), pid (\d+)")
+
+
+def spark_env(**extra: str) -> dict[str, str]:
+    """The environment of an `s3rs` subprocess of the tests."""
+    return {**os.environ, "PYTHONPATH": str(REPO), "SPARK_LOCAL_IP": "127.0.0.1", **extra}
+
+
+@pytest.fixture(scope="session")
+def connect_server(tmp_path_factory):
+    """`s3rs spark serve` on a free port, one for the session (test_spark_connect_server,
+    test_sync_server): yields (sc:// URL, application id, state dir)."""
+    from s3rs_assets.spark_server import running
+    from s3rs_assets_tests.processes import managed_process, tail
+
+    tmp = tmp_path_factory.mktemp("connect")
+    state = tmp / "state"
+    log = tmp / "serve.log"
+    args = [sys.executable, "-m", "s3rs_assets.cli", "spark", "serve", "--port",
+            str(free_port()), "--master", "local[2]", "--state-dir", str(state)]
+    with managed_process(args, spark_env(), log, tmp) as proc:
+        deadline = time.monotonic() + CONNECT_DEADLINE
+        while not (found := CONNECT_READY.search(tail(log))):
+            assert proc.poll() is None, f"spark serve exited {proc.returncode}:\n{tail(log)}"
+            assert time.monotonic() < deadline, f"no server in {CONNECT_DEADLINE}s:\n{tail(log)}"
+            time.sleep(0.5)
+        url, app_id, _ = found.groups()
+        yield url, app_id, state
+    # SIGTERM to `serve` stopped the JVM and removed its state (managed_process checked
+    # that no process of the group is left)
+    assert running(state) is None
+    assert not (state / "server.pid").exists()

@@ -9,8 +9,6 @@ the server's one Spark application id, the one the server announced when it star
 
 from __future__ import annotations
 
-import os
-import re
 import subprocess
 import sys
 import time
@@ -26,43 +24,18 @@ from click.testing import CliRunner
 
 from s3rs_assets import cli
 from s3rs_assets.names import asset_key, metadata_facts
-from s3rs_assets.spark_server import running
-from s3rs_assets_tests.conftest import MYSQL_HOST, MYSQL_PORT, REPO, free_port
+from s3rs_assets_tests.conftest import MYSQL_HOST, MYSQL_PORT, spark_env
 from s3rs_assets_tests.helpers import insert_rows, make_ties_table, table_cfg
 from s3rs_assets_tests.processes import managed_process, tail
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
-SERVER_DEADLINE = 300.0  # the JVM listening and its Python workers warm, on a busy machine
 SYNC_DEADLINE = 300.0
 TABLE = "sc_orders"
-READY = re.compile(r"Spark Connect server ready: (sc://\S+) \(application (\S+), pid (\d+)")
 
 
 def _env(**extra: str) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(REPO), "SPARK_LOCAL_IP": "127.0.0.1", **extra}
-
-
-@pytest.fixture(scope="module")
-def connect_server(tmp_path_factory):
-    """`s3rs spark serve` on a free port: yields (sc:// URL, application id, state dir)."""
-    tmp = tmp_path_factory.mktemp("connect")
-    state = tmp / "state"
-    log = tmp / "serve.log"
-    args = [sys.executable, "-m", "s3rs_assets.cli", "spark", "serve", "--port",
-            str(free_port()), "--master", "local[2]", "--state-dir", str(state)]
-    with managed_process(args, _env(), log, tmp) as proc:
-        deadline = time.monotonic() + SERVER_DEADLINE
-        while not (found := READY.search(tail(log))):
-            assert proc.poll() is None, f"spark serve exited {proc.returncode}:\n{tail(log)}"
-            assert time.monotonic() < deadline, f"no server in {SERVER_DEADLINE}s:\n{tail(log)}"
-            time.sleep(0.5)
-        url, app_id, _ = found.groups()
-        yield url, app_id, state
-    # SIGTERM to `serve` stopped the JVM and removed its state (managed_process checked
-    # that no process of the group is left)
-    assert running(state) is None
-    assert not (state / "server.pid").exists()
+    return spark_env(**extra)
 
 
 def _mysql(db: str):

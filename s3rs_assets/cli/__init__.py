@@ -54,6 +54,7 @@ COMMANDS = {
     "reconcile": ("s3rs_assets.cli.reconcile", "reconcile"),
     "spark": ("s3rs_assets.cli.spark", "spark"),
     "status": ("s3rs_assets.cli.status", "status"),
+    "server": ("s3rs_assets.cli.server", "server"),
 }
 
 #: the first line of each command's help, for `s3rs --help` without importing every
@@ -72,10 +73,37 @@ SUMMARIES = {
     "spark": "A long-lived Spark Connect server, so runs attach (~1 s) instead of "
     "starting Spark.",
     "status": "Every table's lag behind MySQL, last run and what needs a person.",
+    "server": "A long-lived process that runs each `s3rs sync` (~2 s of imports saved per "
+    "sync).",
 }
+#: commands an `s3rs server` runs when one is running (sync_server.forward)
+SERVED = ("sync",)
 
 
 class _LazyGroup(click.Group):
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        """Also note the command line and the command's name, for `invoke`."""
+        argv = list(args)
+        rest = super().parse_args(ctx, args)
+        ctx.meta["s3rs.argv"] = argv
+        ctx.meta["s3rs.command"] = argv[-len(rest) - 1] if len(argv) > len(rest) else None
+        return rest
+
+    def invoke(self, ctx: click.Context) -> object:
+        """A served command goes to the running `s3rs server` (before its module is even
+        imported); without one, or with a stale one, it runs here."""
+        if ctx.meta.get("s3rs.command") in SERVED:
+            from s3rs_assets import sync_server
+
+            try:
+                local_env.load()  # the worker gets what this process would have read
+            except S3rsError:
+                return super().invoke(ctx)  # the group's callback says what is wrong
+            code = sync_server.forward(ctx.meta["s3rs.argv"])
+            if code is not None:
+                ctx.exit(code)
+        return super().invoke(ctx)
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(COMMANDS)
 
