@@ -182,17 +182,22 @@ def test_fleet(run_suite: Any) -> None:
 
 def test_small(run_suite: Any) -> None:
     """Issue 19's figures: every command's start-up, an unchanged sync and an increment
-    attached to the suite's own Spark Connect server, against their targets."""
+    attached to the suite's own Spark Connect server, in fresh processes and through an
+    `s3rs server` (the suite stops if a served sync did not run in the server), against
+    their targets."""
     doc, stdout = run_suite("small")
     (tree,) = doc["figures"]
     figures = doc["figures"][tree]
     commands = {
         "help", "watermark_get", "watermark_list", "status", "verify_help", "reconcile_help",
-        "s3clean_list", "sync_unchanged", "sync_increment",
+        "s3clean_list", "sync_unchanged", "sync_increment", "sync_unchanged_served",
+        "sync_increment_served",
     }
     # each command's wall and CPU seconds, and the increment's run
-    assert set(figures) == commands | {f"{c}_cpu" for c in commands} | {"increment_runs"}
+    assert set(figures) == commands | {f"{c}_cpu" for c in commands} | {
+        "increment_runs", "increment_runs_served"}
     assert all(f["min"] > 0 and len(f["all"]) == 1 for f in figures.values()), figures
     assert rate(doc, "sync_increment") > 0
     assert "sync_unchanged: median" in stdout and "sync_increment: median" in stdout
+    assert "sync_increment_served: median" in stdout
     assert "load average" in stdout
