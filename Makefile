@@ -35,8 +35,9 @@ bench: setup ## run the benchmarks in .venv-bench (ARGS="--suite core|decimal|sh
 lint: ## ruff check and the import layers (lint-imports)
 	@.venv/bin/ruff check . && .venv/bin/lint-imports
 
-stop: ## stop the local moto S3 server (its buckets are in memory and are lost) and Spark Connect server
+stop: ## stop the local moto S3 server (its buckets are in memory and are lost), Spark Connect server and s3rs server
 	@bash scripts/moto.sh stop
+	@$(VENV_PY) -m s3rs_assets.cli server stop >/dev/null 2>&1 || true
 	@S3RS_SPARK_STATE_DIR=$${S3RS_SPARK_STATE_DIR:-$${S3RS_STATE_DIR:-$(CURDIR)/.local}/spark-connect} \
 	  $(VENV_PY) -m s3rs_assets.cli spark stop
 
