@@ -187,7 +187,7 @@ def test_a_stopped_client_stops_its_worker_and_the_server_goes_on(served, mysql_
         client = subprocess.Popen(
             [sys.executable, "-m", "s3rs_assets.cli", "sync", "-t", name, "--no-progress"],
             env=env, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            preexec_fn=restore_default_signals)
+            preexec_fn=_nice_client)
         try:
             deadline = time.monotonic() + DEADLINE
             while len(_workers(log)) == before:
@@ -196,6 +196,7 @@ def test_a_stopped_client_stops_its_worker_and_the_server_goes_on(served, mysql_
             worker = _workers(log)[-1][0]
             time.sleep(1.0)
             assert client.poll() is None  # waiting on the lock
+            assert _nice(worker) == _nice(client.pid)  # `nice s3rs sync` stays nice
             client.send_signal(signum)
             _, err = client.communicate(timeout=120)
             deadline = time.monotonic() + 60
@@ -207,6 +208,16 @@ def test_a_stopped_client_stops_its_worker_and_the_server_goes_on(served, mysql_
                 client.kill()
     assert client.returncode != 0, err
     assert sync_server.running(state) is not None
+
+
+def _nice_client() -> None:
+    restore_default_signals()
+    os.nice(3)
+
+
+def _nice(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat[stat.rindex(")") + 2:].split()[16])
 
 
 def _alive(pid: int) -> bool:

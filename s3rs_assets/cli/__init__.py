@@ -5,6 +5,10 @@ One module per command group: `sync`, `watermark`, `s3` (s3clean), `tables`, `ve
 (`runner`, `watermark.edits`, `s3clean`, `verify`, `reconcile`): these modules parse, call
 and print.
 
+With an `s3rs server` running, `sync` is handed to it before its module is imported
+(`_LazyGroup.invoke`, `sync_server.forward`): a worker forked from the server runs this
+same command line with the caller's environment, directory and stdio.
+
 Sensors and this CLI never start Spark themselves; `s3rs sync` launches Dagster runs, and
 those runs start one SparkSession for the whole command.
 

@@ -57,7 +57,11 @@ def serve(state_dir: Path | None) -> None:
         echo(f"error: {e}", err=True)
         sys.exit(2)
     try:
-        sync_server.preload()
+        try:
+            sync_server.preload()
+        except S3rsError as e:
+            echo(f"error: {e}", err=True)
+            sys.exit(2)
         echo(f"s3rs server ready: {srv.path} (pid {os.getpid()}); `s3rs sync` runs here "
              f"while it runs ({sync_server.SWITCH_ENV}=off: not)")
         srv.serve_forever()
