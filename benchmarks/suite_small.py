@@ -193,7 +193,7 @@ def served_turn(ctx: Ctx, sync: SyncEnv, state: Path, tree: str, table: str, nex
     free id."""
     name = f"{SCHEMA}.{table}"
     timeout = ctx.args.sync_timeout
-    with environ(PYTHONPATH=tree, S3RS_SERVER_STATE_DIR=str(state)):
+    with environ(PYTHONPATH=tree, S3RS_SERVER_STATE_DIR=str(state), S3RS_SERVER="on"):
         before = served_count(state)
         secs, _, cpu = timed_cli(sync, ("sync", "--no-progress", "-t", name), timeout)
         times.setdefault("sync_unchanged_served", []).append(secs)

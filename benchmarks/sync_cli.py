@@ -83,6 +83,8 @@ class SyncEnv:
             PYSPARK_DRIVER_PYTHON=sys.executable,
             S3RS_LOG_LEVEL="WARNING",
         )
+        # a fresh process unless a suite asks for an `s3rs server` (suite small's _served)
+        env.setdefault("S3RS_SERVER", "off")
         return env
 
     def cli(self, *args: str, check: bool = True, timeout: float | None = None) -> SyncOutput:

@@ -40,6 +40,9 @@ def _record_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
     # `s3rs status` keeps record bodies in ~/.cache/s3rs by default (body_cache.py): the
     # tests' own, thrown away with the session (a test that counts GETs sets its own).
     os.environ["S3RS_CACHE_DIR"] = str(tmp_path_factory.mktemp("s3rs-cache"))
+    # an `s3rs server` a developer left running in the checkout must not run the tests'
+    # syncs (test_sync_server starts its own and turns this back on for its clients)
+    os.environ["S3RS_SERVER"] = "off"
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -29,8 +29,9 @@ import psycopg
 import pymysql
 import pytest
 import yaml
+from click.testing import CliRunner
 
-from s3rs_assets import sync_server
+from s3rs_assets import cli, sync_server
 from s3rs_assets_tests.conftest import MYSQL_HOST, MYSQL_PORT, REPO, spark_env
 from s3rs_assets_tests.helpers import insert_rows, make_ties_table
 from s3rs_assets_tests.processes import managed_process, restore_default_signals, tail
@@ -80,7 +81,7 @@ def served(tmp_path_factory, connect_server, moto_endpoint, mysql_db, mysql_url,
     env = spark_env(S3RS_TABLES="tables.yaml", S3RS_S3_BUCKET=bucket, S3RS_S3_PREFIX="s3rs",
                     S3RS_MYSQL_URL=mysql_url, S3RS_REDSHIFT_URL=pg_url,
                     DAGSTER_HOME=str(home), S3RS_SPARK_MASTER=url,
-                    S3RS_SERVER_STATE_DIR=str(state))
+                    S3RS_SERVER_STATE_DIR=str(state), S3RS_SERVER="on")
     args = [sys.executable, "-m", "s3rs_assets.cli", "server", "serve", "--state-dir",
             str(state)]
     with managed_process(args, _server_env(), log, tmp) as proc:
@@ -233,7 +234,7 @@ def test_a_server_on_other_code_is_refused(tmp_path, served):
     log = tmp_path / "other.log"
     script = textwrap.dedent(f"""
         from pathlib import Path
-        from s3rs_assets import sync_server
+        from s3rs_assets import cli, sync_server
         server = sync_server.Server(Path({str(state)!r}))
         server.fingerprint = "another-build"  # as if started before the code changed
         server.bind()
@@ -255,6 +256,15 @@ def test_without_a_server_the_sync_runs_in_its_own_process(tmp_path, served):
     before = len(_workers(log))
     off = _s3rs({**env, "S3RS_SERVER": "off"}, cwd, "sync", "-t", "nosuch.table")
     assert off.returncode == 2 and len(_workers(log)) == before
+    # called in process with its output captured (a test runner, a program's buffer):
+    # a worker could not write there, so the command runs here
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in env.items():
+            mp.setenv(k, v)
+        mp.chdir(cwd)
+        captured = CliRunner().invoke(cli.main, ["sync", "-t", "nosuch.table"])
+    assert captured.exit_code == 2 and "nosuch.table" in captured.output
+    assert len(_workers(log)) == before
     stale = tmp_path / "stale"
     stale.mkdir()
     (stale / "server.sock").write_text("")  # a server that died without cleaning up
