@@ -267,8 +267,11 @@ class Server:
     forked for it; the server never waits for a worker. Single-threaded, so forking is
     safe; it reaps finished workers between requests."""
 
-    def __init__(self, state_dir: Path) -> None:
+    def __init__(self, state_dir: Path, command: Any) -> None:
+        """`command`: the `s3rs` click group a worker runs (`s3rs_assets.cli.main`, handed
+        in by `s3rs server serve`)."""
         self.state_dir = state_dir
+        self.command = command
         self.path = socket_path(state_dir)
         self.fingerprint = fingerprint()
         self.workers: set[int] = set()
@@ -345,7 +348,7 @@ class Server:
             else:
                 pid = os.fork()
                 if pid == 0:
-                    _worker(conn, self.sock, request, fds)  # never returns
+                    _worker(conn, self.sock, request, fds, self.command)  # never returns
                 self.workers.add(pid)
                 print(f"worker {pid}: s3rs {' '.join(request['argv'])}", flush=True)
         finally:
@@ -354,7 +357,7 @@ class Server:
 
 
 def _worker(conn: socket.socket, listener: socket.socket | None, request: dict[str, Any],
-            fds: list[int]) -> None:
+            fds: list[int], command: Any) -> None:
     """In the forked child: become the client's `s3rs` process, run its command line, send
     the exit code, exit. Never returns into the server's loop."""
     code = 1
@@ -371,7 +374,7 @@ def _worker(conn: socket.socket, listener: socket.socket | None, request: dict[s
         conn.settimeout(None)
         _send(conn, {"pid": os.getpid()})
         _watch_client(conn)
-        code = _run(request["argv"])
+        code = _run(command, request["argv"])
     except BaseException as e:  # noqa: BLE001 - the worker must end here, with a code
         with contextlib.suppress(BaseException):  # stderr itself may be gone
             print(f"s3rs: the server's worker failed: {type(e).__name__}: {e}",
@@ -423,12 +426,10 @@ def _watch_client(conn: socket.socket) -> None:
     threading.Thread(target=watch, name="s3rs-client-watch", daemon=True).start()
 
 
-def _run(argv: list[str]) -> int:
-    from s3rs_assets.cli import main
-
+def _run(command: Any, argv: list[str]) -> int:
     sys.argv = ["s3rs", *argv]
     try:
-        main.main(args=argv, prog_name="s3rs")
+        command.main(args=argv, prog_name="s3rs")
     except SystemExit as e:
         if e.code is None or isinstance(e.code, int):
             return e.code or 0

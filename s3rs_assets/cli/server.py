@@ -41,7 +41,8 @@ def server() -> None:
 
 @server.command("serve")
 @_state_option
-def serve(state_dir: Path | None) -> None:
+@click.pass_context
+def serve(ctx: click.Context, state_dir: Path | None) -> None:
     """Run the server in the foreground until Ctrl-C (or SIGTERM)."""
     state_dir = state_dir or sync_server.default_state_dir()
 
@@ -50,7 +51,7 @@ def serve(state_dir: Path | None) -> None:
 
     signal.signal(signal.SIGTERM, _terminate)
     signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started with `&`
-    srv = sync_server.Server(state_dir)
+    srv = sync_server.Server(state_dir, ctx.find_root().command)  # the `s3rs` group
     try:
         srv.bind()
     except S3rsError as e:
