@@ -235,7 +235,7 @@ def test_a_server_on_other_code_is_refused(tmp_path, served):
     script = textwrap.dedent(f"""
         from pathlib import Path
         from s3rs_assets import cli, sync_server
-        server = sync_server.Server(Path({str(state)!r}))
+        server = sync_server.Server(Path({str(state)!r}), cli.main)
         server.fingerprint = "another-build"  # as if started before the code changed
         server.bind()
         server.serve_forever()
