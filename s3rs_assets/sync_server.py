@@ -81,6 +81,8 @@ WARM = (
 #: signals the client passes on to the worker's process group
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 _MAX_MESSAGE = 16 * 1024 * 1024
+#: seconds a client waits for its worker's first answer (its pid)
+ANSWER_TIMEOUT = 60.0
 #: set in a forked worker: its command line must run here, not be forwarded again
 IN_WORKER = False
 
@@ -180,10 +182,18 @@ def forward(argv: list[str]) -> int | None:
         request = {"argv": argv, "env": dict(os.environ), "cwd": os.getcwd(),
                    "umask": _umask(), "nice": os.nice(0), "fingerprint": fingerprint()}
         _send(sock, request, [0, 1, 2])
-        reply, _ = _recv(sock)
     except (OSError, EOFError, ValueError, ConfigError):
         sock.close()
         return None  # no server listening (a stale socket file): run here
+    try:
+        sock.settimeout(ANSWER_TIMEOUT)  # a worker answers first thing after the fork
+        reply, _ = _recv(sock)
+        sock.settimeout(None)
+    except (OSError, EOFError, ValueError):
+        sock.close()
+        print(f"s3rs: the s3rs server ({path}) did not answer within {ANSWER_TIMEOUT:.0f} s: "
+              f"nothing was run; restart it, or run with {SWITCH_ENV}=off", file=sys.stderr)
+        return 2
     if "refused" in reply:
         sock.close()
         print(f"s3rs: {reply['refused']}: this sync runs in its own process", file=sys.stderr)
