@@ -36,6 +36,8 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
+import threading
 import warnings
 
 import click
@@ -153,6 +155,7 @@ def main(ctx: click.Context, log_format: str | None, log_level: str | None, verb
     `.local/s3rs.env` (written by `make demo`) when there is one: see the README, "The
     local stack".
     """
+    _interruptible()
     try:
         local_env.load()  # before anything reads the environment (the redactor included)
         level = "DEBUG" if verbose else (log_level or os.environ.get("S3RS_LOG_LEVEL", "INFO"))
@@ -163,6 +166,22 @@ def main(ctx: click.Context, log_format: str | None, log_level: str | None, verb
     except S3rsError as e:
         raise click.UsageError(str(e)) from None
     ctx.obj = {"log_format": fmt, "log_level": level.upper()}
+
+
+def _interruptible() -> None:
+    """SIGINT back to Python's handler when it was inherited ignored (`s3rs ... &` in a
+    script or cron job: a non-interactive shell starts background jobs so).
+
+    Dagster turns SIGTERM into whatever SIGINT is: after a run it leaves SIGTERM ignored
+    too, so the process no longer stops on `kill`/`timeout`, and a later run in a thread
+    starts its compute-log `tail -F` children ignoring SIGTERM: they outlive the command
+    and hold its stdout open. A foreground Ctrl-C is unchanged (SIGINT was not ignored);
+    Spark's JVM ignores SIGINT either way (PySpark starts it so)."""
+    if (
+        threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    ):
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _quiet_known_warnings() -> None:
