@@ -204,7 +204,17 @@ def shared_spark(args: argparse.Namespace) -> Iterator[None]:
     """With --spark-connect: the run's Spark Connect server, S3RS_SPARK_MASTER pointing at
     it (the `s3rs sync` processes inherit it; the in-process stages read it)."""
     if not args.spark_connect:
-        yield
+        found = os.environ.get("S3RS_SPARK_MASTER", "")
+        if not found.startswith("sc://"):
+            yield
+            return
+        # `make bench` sources scripts/env.sh, which points S3RS_SPARK_MASTER at a Spark
+        # Connect server left running (`make ui`, `s3rs spark start`): the "fresh Spark"
+        # figures would silently be attaches to its warm session
+        say(f"==> a Spark Connect server is running ({found.split('/;')[0]}): not used, the "
+            "fresh figures start their own Spark (--spark-connect attaches to a server)")
+        with environ(S3RS_SPARK_MASTER="local[2]"):
+            yield
         return
     with spark_connect(args.small_master) as url, environ(S3RS_SPARK_MASTER=url):
         yield
