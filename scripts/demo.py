@@ -380,6 +380,7 @@ Next, in this shell or a new one (s3rs reads .local/s3rs.env for what you have n
   .venv/bin/s3rs watermark get -t {table}
   .venv/bin/s3rs sync -t {table}
   .venv/bin/s3rs verify -t {table}
+  .venv/bin/s3rs server start   # optional: later syncs skip ~2 s of imports
   make ui      # the assets, runs and watermark metadata at http://127.0.0.1:3000"""
 
 
