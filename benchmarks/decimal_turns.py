@@ -150,22 +150,12 @@ def _stat_path(p: Path) -> float | None:
     return (int(rest[11]) + int(rest[12])) / HZ
 
 
-def wait_warm_up() -> float:
-    """Join the background warm-up job (`resources.warm_up`); its remaining seconds."""
-    from s3rs_assets.resources import WARM_UP_GROUP
-
-    t0 = time.perf_counter()
-    for t in threading.enumerate():
-        if t.name == WARM_UP_GROUP:
-            t.join()
-    return time.perf_counter() - t0
-
-
 def child(args: argparse.Namespace) -> None:
     """One tree's stages in this fresh process; prints one JSON line."""
     warnings.filterwarnings("ignore")
+    import benchmarks.stages as stages
     from benchmarks.services import SCHEMA, dagster_home, mysql_base, pg_base, pg_checkpoint
-    from benchmarks.stages import StageEnv, run_backup, run_load, start_spark, stop_spark
+    from benchmarks.stages import StageEnv, run_backup, run_load, stop_spark, wait_warm_up
     from benchmarks.suite_decimal import table_entry
     from s3rs_assets.config import TableConfig
 
@@ -175,8 +165,6 @@ def child(args: argparse.Namespace) -> None:
     sampler = Sampler(args.sample, int(os.environ["BENCH_MOTO_PID"] or 0) or None)
     out: dict[str, Any] = {"code": os.environ.get("BENCH_CODE", "")}
     if args.java_opts:  # e.g. -XX:TieredStopAtLevel=1: JVM flags to try before resources.py
-        import benchmarks.stages as stages
-
         made = stages.spark_resource
 
         def with_opts():
@@ -188,8 +176,12 @@ def child(args: argparse.Namespace) -> None:
 
         stages.spark_resource = with_opts
     with dagster_home():
-        spark, session, spark_s = start_spark()
-        out["spark_start_s"] = spark_s
+        # start_spark waits for the warm-up; without --warm its work overlaps the backup,
+        # as in a fresh `s3rs sync` (and in the decimal suite before this stop)
+        t = time.perf_counter()
+        spark = stages.spark_resource()
+        session = spark.session()
+        out["spark_start_s"] = time.perf_counter() - t
         out["warm_wait_s"] = wait_warm_up() if args.warm else None
         sampler.start()
         threads0 = jvm_threads(os.getpid())
