@@ -120,6 +120,46 @@ class Sampler:
         return out
 
 
+def all_processes() -> dict[int, tuple[str, float]]:
+    """Every process: (command name, CPU seconds)."""
+    out = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            st = _stat(int(d))
+            if st:
+                out[int(d)] = (_comm(int(d)), st[1])
+    return out
+
+
+def busiest_others(a: dict[int, tuple[str, float]], b: dict[int, tuple[str, float]],
+                   ours: set[int], n: int = 4) -> list[tuple[int, str, float]]:
+    """The processes outside this run that used the most CPU between snapshots a and b."""
+    got = [(pid, name, round(cpu - a.get(pid, (name, 0.0))[1], 2))
+           for pid, (name, cpu) in b.items() if pid not in ours]
+    return sorted(got, key=lambda x: -x[2])[:n]
+
+
+def our_pids(me: int) -> set[int]:
+    """This process, its descendants and mariadbd."""
+    parents = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            st = _stat(int(d))
+            if st:
+                parents[int(d)] = st[0]
+    out = {me}
+    for pid in parents:
+        p = pid
+        while p > 1 and p in parents:
+            if p == me:
+                out.add(pid)
+                break
+            p = parents[p]
+        if _comm(pid) == "mariadbd":
+            out.add(pid)
+    return out
+
+
 def jvm_threads(me: int) -> dict[str, float]:
     """CPU seconds per thread name (digits dropped) of this process's JVM child."""
     out: dict[str, float] = {}
@@ -185,6 +225,7 @@ def child(args: argparse.Namespace) -> None:
         out["warm_wait_s"] = wait_warm_up() if args.warm else None
         sampler.start()
         threads0 = jvm_threads(os.getpid())
+        procs0 = all_processes()
         tag = os.urandom(3).hex()
         env = StageEnv(mysql, pg, args.bucket, spark, prefix=f"turn-{tag}")
         ctx = argparse.Namespace(args=args)
@@ -195,6 +236,7 @@ def child(args: argparse.Namespace) -> None:
         finally:
             t1 = time.perf_counter()
             threads1 = jvm_threads(os.getpid())
+            others = busiest_others(procs0, all_processes(), our_pids(os.getpid()))
         pg_checkpoint(pg)
         t2 = time.perf_counter()
         ld = run_load(env, backup, day)
@@ -214,6 +256,7 @@ def child(args: argparse.Namespace) -> None:
         cpu_backup=sampler.between(t0, t1), cpu_load=sampler.between(t2, t3),
         timeline=sampler.timeline(t0, t1) if args.timeline else [],
         load_avg=os.getloadavg(),
+        others=others,
         jvm_threads={k: round(v - threads0.get(k, 0.0), 2) for k, v in sorted(
             threads1.items(), key=lambda kv: threads0.get(kv[0], 0.0) - kv[1])
             if v - threads0.get(k, 0.0) >= 0.05},
@@ -271,6 +314,7 @@ def parent(args: argparse.Namespace) -> None:
                     f"{r['backup_s'] + r['load_s']:.2f} s; backup CPU: "
                     + ", ".join(f"{k} {v:.1f}" for k, v in cb.items())
                     + f"; load avg {la}")
+                say(f"    busiest other processes: {r['others']}")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1, default=str))
     say(f"uptime at end: {uptime()}")
