@@ -101,6 +101,28 @@ def test_rdd_jobs_run_in_the_warm_up_workers(spark) -> None:
     assert rdd <= sql, (rdd, sql)
 
 
+def test_warm_rows_runs_as_an_rdd_task_in_the_sql_workers(spark) -> None:
+    """`spark_tasks.warm_rows` (a warm-up as an RDD job) runs in a worker and hands its ids
+    back; with `same_workers_as_sql` a mapInArrow job after it finds warm workers."""
+    import pyarrow as pa
+
+    from s3rs_assets.spark_tasks import warm_rows
+
+    sc = spark.sparkContext
+    same_workers_as_sql(spark, sc)
+    assert sorted(sc.parallelize(range(2), 2).mapPartitions(warm_rows).collect()) == [0, 1]
+
+    def probe(batches: Any) -> Any:
+        import sys
+
+        for _ in batches:
+            pass
+        yield pa.RecordBatch.from_pydict({"warm": ["connectorx" in sys.modules]})
+
+    rows = spark.range(0, 2, 1, 2).mapInArrow(probe, "warm boolean").collect()
+    assert all(r.warm for r in rows)
+
+
 def test_a_classic_session_has_a_context_and_a_connect_one_none(spark) -> None:
     assert extract.classic_context(spark) is spark.sparkContext
 
