@@ -16,7 +16,7 @@ import hashlib
 import io
 import time
 from collections import defaultdict
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import pyarrow as pa
@@ -53,15 +53,20 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=50_000, help="rows per sub-range")
     ap.add_argument("--repeat", type=int, default=4)
     ap.add_argument("--compression", default="snappy")
+    ap.add_argument("--day", default="2025-01-02",
+                    help="the day read (the decimal suite's table: yesterday)")
+    ap.add_argument("--protocol", default="", help="connectorx cxprotocol (binary, text)")
     args = ap.parse_args()
     u = mysql_base()
     mysql = MySQLResource(url=url_text(u, "mysql", SCHEMA))
-    cfg = TableConfig.from_dict({"name": f"{SCHEMA}.{args.table}", "start": "2025-01-01",
+    day = datetime.fromisoformat(args.day)
+    cfg = TableConfig.from_dict({"name": f"{SCHEMA}.{args.table}",
+                                 "start": f"{day - timedelta(days=1):%Y-%m-%d}",
                                  "primary_key": ["id"]})
     with mysql.connection() as conn:
         src = describe(conn, cfg)
-        plan = plan_chunk(conn, src, Position(c=datetime(2025, 1, 2), pk=None),
-                          datetime(2025, 1, 3), args.rows * args.repeat, args.repeat)
+        plan = plan_chunk(conn, src, Position(c=day, pk=None),
+                          day + timedelta(days=1), args.rows * args.repeat, args.repeat)
     assert plan is not None
     schema = arrow_schema(src.columns)
     select = f"SELECT {src.select_list('connectorx')} FROM {src.qualified} WHERE "
@@ -70,6 +75,7 @@ def main() -> None:
     import connectorx as cx
 
     st = Steps()
+    url = mysql.connectorx_url() + (f"?cxprotocol={args.protocol}" if args.protocol else "")
     nbytes = 0
     with s3_endpoint(), bucket() as name:
         s3 = S3Resource(bucket=name, prefix="p")
@@ -77,7 +83,7 @@ def main() -> None:
         for i, r in enumerate(plan.ranges):
             pred = r.predicate(src.keys)
             table = st.time("connectorx read (s3rs select list)", lambda: cx.read_sql(
-                mysql.connectorx_url(), select + pred, return_type="arrow",
+                url, select + pred, return_type="arrow",
                 pre_execution_query=list(mysql.session_setup())))
             st.time("mariadb CLI, same range, SELECT * (floor)", lambda: _cli(u, plain + pred))
             for n in unscaled:

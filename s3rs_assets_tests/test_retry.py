@@ -186,11 +186,22 @@ def _sleeper(url: str):
     return run
 
 
-@pytest.mark.parametrize("reader", ["jdbc", "connectorx"])
+def _sleeper_rows(url: str):
+    def run(parts):
+        import connectorx as cx
+
+        for _ in parts:
+            yield cx.read_sql(url, "SELECT SLEEP(30) AS s", return_type="arrow").num_rows
+
+    return run
+
+
+@pytest.mark.parametrize("reader", ["jdbc", "connectorx", "connectorx-rdd"])
 def test_a_spark_read_losing_its_connection_is_transient(reader, mysql_db, mysql_url,
                                                          spark_resource):
     """A Spark job whose task's MySQL connection is killed (JDBC, or connectorx inside the
-    task) fails with an error the classifier names transient: the batch is read again."""
+    task of a DataFrame or an RDD job) fails with an error the classifier names transient:
+    the batch is read again."""
     session = spark_resource.session()
     mysql = MySQLResource(url=mysql_url)
     killed: list[int] = []
@@ -214,9 +225,12 @@ def test_a_spark_read_losing_its_connection_is_transient(reader, mysql_db, mysql
         if reader == "jdbc":
             session.read.jdbc(mysql.jdbc_url(), "(SELECT SLEEP(30) AS s) AS t",
                               properties=mysql.jdbc_properties()).collect()
-        else:
+        elif reader == "connectorx":
             session.range(0, 1, 1, 1).mapInArrow(_sleeper(mysql.connectorx_url()),
                                                  "s long").collect()
+        else:  # Extractor.read's job on a classic session
+            session.sparkContext.parallelize(range(1), 1).mapPartitions(
+                _sleeper_rows(mysql.connectorx_url())).collect()
     t.join(timeout=60)
     assert killed
     assert (retry.kind(info.value) or "").startswith("spark read"), str(info.value)[:2000]
