@@ -373,9 +373,21 @@ def warm_up(
 
 
 def _warm_job(session: Any, cores: int) -> None:
-    from s3rs_assets.spark_tasks import warm
+    """One task per core. On a classic session an RDD job (the backup's chunks are RDD jobs
+    there, and a first RDD job costs a fresh JVM ~1.2 CPU-s against ~4 for a first
+    mapInArrow), in the SQL jobs' workers; Spark Connect has no RDDs: mapInArrow."""
+    from s3rs_assets.spark_pools import classic_context, same_workers_as_sql
 
-    session.range(0, cores, numPartitions=cores).mapInArrow(warm, "id long").collect()
+    sc = classic_context(session)
+    if sc is None:
+        from s3rs_assets.spark_tasks import warm
+
+        session.range(0, cores, numPartitions=cores).mapInArrow(warm, "id long").collect()
+        return
+    from s3rs_assets.spark_tasks import warm_rows
+
+    same_workers_as_sql(session, sc)
+    sc.parallelize(range(cores), cores).mapPartitions(warm_rows).collect()
 
 
 def _warm_in_background(session: Any, cores: int) -> None:

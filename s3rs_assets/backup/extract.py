@@ -21,6 +21,7 @@ from s3rs_assets.clock import names_utc
 from s3rs_assets.cursor import SubRange, position_token
 from s3rs_assets.errors import ConfigError, IntegrityError
 from s3rs_assets.source import SourceTable
+from s3rs_assets.spark_pools import classic_context, same_workers_as_sql  # noqa: F401 (tests)
 from s3rs_assets.spark_tasks import (  # noqa: F401 (re-exported: the task side)
     DICTIONARY_PAGE_LIMIT,
     MANIFEST_SCHEMA,
@@ -190,28 +191,6 @@ class Extractor:
             return
         with ThreadPoolExecutor(max_workers=min(8, len(files))) as pool:
             list(pool.map(check, files))
-
-
-def classic_context(session: Any) -> Any:
-    """The session's SparkContext, or None for a Spark Connect session (no RDDs there)."""
-    try:
-        return session.sparkContext
-    except Exception:  # noqa: BLE001 - Spark Connect: no SparkContext on the client
-        return None
-
-
-#: Set by Spark on the environment of its SQL Python workers (mapInArrow, UDFs) and not on
-#: an RDD's: workers are pooled per environment, so an RDD job would start new ones.
-SIMPLIFIED_TRACEBACK = "SPARK_SIMPLIFIED_TRACEBACK"
-
-
-def same_workers_as_sql(session: Any, sc: Any) -> None:
-    """Give RDD jobs the environment of the SQL jobs' Python workers, so they run in the
-    workers the warm-up job (a mapInArrow: `resources.warm_up`) started and imported into
-    rather than in fresh ones (about 0.7 CPU-s of imports each)."""
-    conf = "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled"
-    if str(session.conf.get(conf, "true")).lower() == "true":
-        sc.environment.setdefault(SIMPLIFIED_TRACEBACK, "1")
 
 
 def session_time_zones(session: Any) -> tuple[str | None, str | None]:
