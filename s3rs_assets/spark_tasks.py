@@ -269,7 +269,7 @@ def warm_rows(parts: Iterator[int]) -> Iterator[int]:
     """`warm` as an RDD task (mapPartitions over `parallelize(range(cores))`): a first RDD
     job costs a fresh JVM ~1.2 CPU-s against ~4 for a first mapInArrow job (query planning,
     code generation, their JIT), and the backup's connectorx chunks are RDD jobs on a
-    classic session (`extract.Extractor.read`). Run it with `extract.same_workers_as_sql`
+    classic session (`extract.Extractor.read`). Run it with `spark_pools.same_workers_as_sql`
     so a JDBC read's mapInArrow tasks find the same warmed workers."""
     for _ in warm(iter(())):
         pass
