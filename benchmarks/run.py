@@ -146,8 +146,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                        help="code trees (comma-separated) whose commands run in turns "
                        "(default: this one)")
     small.add_argument("--small-server", action=argparse.BooleanOptionalAction, default=True,
-                       help="also time the unchanged sync and the increment through a running "
-                       "`s3rs server` (one per code tree; default on)")
+                       help="also time through a running `s3rs server`: suite small's "
+                       "unchanged sync and increment (one server per code tree), suite "
+                       "decimal's whole-table sync (c) (default on)")
     small.add_argument("--small-profile", type=Path, default=None,
                        help="profile one more increment and unchanged sync into this directory")
     return check_args(ap, ap.parse_args(argv))

@@ -11,19 +11,31 @@ timestamp), in one run:
    (`s3_parquet` through Dagster), load (`load_files`), and a plain psycopg COPY of the
    same parquet rows as the load's yardstick;
 5. a 1,000-row increment (--increment) stamped 30 minutes ago: `s3rs sync` again in a
-   fresh process; the increment rows are deleted afterwards so the table stays reusable.
+   fresh process; the increment rows are deleted afterwards so the table stays reusable;
+6. (c) with --small-server (default), the whole table again into a third target through a
+   running `s3rs server` (started before, excluded like Spark in (b)): the command a user
+   runs with both servers up (--spark-connect) or with the s3rs server alone.
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from benchmarks import floor, others
 from benchmarks.context import Ctx
 from benchmarks.harness import Report, say
 from benchmarks.seeds import add_decimal_rows, decimal_table
-from benchmarks.services import SCHEMA, dagster_home, ensure_pg, mysql_exec, pg_checkpoint
+from benchmarks.services import (
+    SCHEMA,
+    dagster_home,
+    ensure_pg,
+    environ,
+    mysql_exec,
+    pg_checkpoint,
+    pg_count,
+)
 from benchmarks.stages import (
     StageEnv,
     baseline_copy,
@@ -121,6 +133,36 @@ def warm_stages(ctx: Ctx, rep: Report, table: str, day: str, frps: float) -> Non
     )
 
 
+def served_sync(ctx: Ctx, rep: Report, table: str, day: str, frps: float) -> None:
+    """(c) `s3rs sync` of the whole table into its own target through an `s3rs server`."""
+    from benchmarks.suite_small import served_count, sync_servers
+
+    attached = ctx.args.spark_connect
+    say(f"==> (c) s3rs sync through an s3rs server ({'attached to the run' if attached else 'a'}"
+        f"{'' if attached else ' fresh'} Spark{' Connect server' if attached else ''})")
+    sync = SyncEnv(ctx.mysql, ctx.pg, ctx.bucket, "dec-c",
+                   [table_entry(ctx, table, day, f"{SCHEMA}.{table}_c")])
+    tree = str(Path(__file__).resolve().parents[1])
+    with sync_servers(sync, [tree], True) as servers:
+        state = servers[tree]
+        with environ(S3RS_SERVER_STATE_DIR=str(state), S3RS_SERVER="on"):
+            before = served_count(state)
+            pg_checkpoint(ctx.pg)
+            res = sync.sync([f"{SCHEMA}.{table}"])
+        if served_count(state) != before + 1:
+            raise SystemExit(f"bench: the sync did not run in the s3rs server:\n{res.output}")
+    rep.details["sync_served"] = {"seconds": res.seconds, "runs": res.runs,
+                                  "spark_connect": attached,
+                                  "rows_in_target": pg_count(ctx.pg, f"{table}_c")}
+    rep.add("e2e", f"s3rs sync through an s3rs server{' + Spark Connect' if attached else ''}",
+            ctx.args.rows, res.seconds, frps, key="sync_served")
+    rep.summary.append(
+        f"(c) s3rs sync through the s3rs server {res.seconds:.1f} s = Dagster runs "
+        f"{res.runs_seconds:.1f} s (Spark start-up {res.spark_startup:.1f} s inside) + the "
+        f"rest {res.seconds - res.runs_seconds:.1f} s"
+    )
+
+
 def increment(ctx: Ctx, rep: Report, sync: SyncEnv, table: str) -> None:
     """`--increment` new rows stamped 30 minutes ago, then `s3rs sync` in a fresh process."""
     n, rows = ctx.args.increment, ctx.args.rows
@@ -156,11 +198,13 @@ def run(ctx: Ctx) -> Report:
     with dagster_home():  # its own instance: no event-log recovery from (a)'s runs
         warm_stages(ctx, rep, table, day.isoformat(), frps)
     increment(ctx, rep, sync, table)
-    rep.summary.extend(targets(rep))
+    if ctx.args.small_server:
+        served_sync(ctx, rep, table, day.isoformat(), frps)
+    rep.summary.extend(targets(rep, ctx.args.spark_connect))
     return rep
 
 
-def targets(rep: Report) -> list[str]:
+def targets(rep: Report, attached: bool = False) -> list[str]:
     """Issue 13's targets, met or not, from the lines above."""
     out = []
 
@@ -176,6 +220,9 @@ def targets(rep: Report) -> list[str]:
          "sync_fresh_nospark", "floor", 0.45),
         ("end to end (Spark start excluded) vs dlt", "stages", "dlt", 3.0),
         ("load stage vs psycopg COPY", "load", "copy", 1.0),
+        # issue 19: the whole command, >= 0.6x attached to Spark Connect, >= 0.4x cold
+        ("s3rs sync through the s3rs server vs floor", "sync_served", "floor",
+         0.6 if attached else 0.4),
     ):
         r = ratio(a, b)
         if r is not None:

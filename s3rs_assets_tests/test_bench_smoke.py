@@ -112,15 +112,18 @@ def test_core(run_suite: Any) -> None:
 
 def test_decimal(run_suite: Any) -> None:
     doc, stdout = run_suite("decimal")
-    for key in ("floor", "sync_fresh", "backup", "load", "copy", "stages", "increment"):
+    for key in ("floor", "sync_fresh", "backup", "load", "copy", "stages", "increment",
+                "sync_served"):
         assert rate(doc, key) > 0
     assert doc["backup"]["rows"] == 1200 and doc["load"]["rows_in_target"] == 1200
+    assert doc["sync_served"]["rows_in_target"] == 1200  # through the s3rs server
     assert doc["copy_baseline"]["rows_in_target"] == 1200
     assert doc["floor"]["psql_copy"]["rows_in_target"] == 1200
     optional_tool(doc, "dlt", "dlt")
     if "dlt" in doc:
         assert doc["dlt"]["rows_in_target"] == 1200
     assert "load stage vs psycopg COPY" in stdout and "increment:" in stdout
+    assert "s3rs sync through the s3rs server vs floor" in stdout
 
 
 def test_shape(run_suite: Any) -> None:
