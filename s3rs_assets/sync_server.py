@@ -198,6 +198,9 @@ def forward(argv: list[str]) -> int | None:
         sock.close()
         print(f"s3rs: {reply['refused']}: this sync runs in its own process", file=sys.stderr)
         return None
+    if "exit" in reply:  # the worker failed before it ran anything (it said why on stderr)
+        sock.close()
+        return int(reply["exit"])
     return _wait(sock, int(reply["pid"]))
 
 

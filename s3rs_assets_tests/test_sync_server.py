@@ -161,6 +161,22 @@ def test_exit_code_and_errors_pass_through(served):
     assert bad.returncode == 2 and len(_workers(log)) == before + 2
 
 
+def test_a_worker_that_cannot_become_its_client_says_so(served):
+    """The client's directory gone by the time the worker takes it: the worker ends before
+    running anything, the client exits 1 with the worker's reason (no traceback)."""
+    state, log, env, _, tmp = served
+    before = len(_workers(log))
+    script = ("import os, sys; os.getcwd = lambda: '/nonexistent/s3rs'; "
+              "from s3rs_assets.cli import main; main(['sync', '-t', 'nosuch.table'])")
+    out = subprocess.run([sys.executable, "-c", script], env=env, cwd=tmp,
+                         capture_output=True, text=True, timeout=DEADLINE)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "the server's worker failed: FileNotFoundError" in out.stderr
+    assert "Traceback" not in out.stderr
+    assert len(_workers(log)) == before + 1
+    assert sync_server.running(state) is not None
+
+
 def test_the_client_imports_neither_dagster_nor_the_sync_command(served):
     state, log, env, _, tmp = served
     out = subprocess.run([sys.executable, "-X", "importtime", "-m", "s3rs_assets.cli", "sync",
