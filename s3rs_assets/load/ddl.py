@@ -208,8 +208,11 @@ def _run_groups(conn: WarehouseConnection, groups: list[list[str]]) -> list[str]
     return ran
 
 
-#: Errors a concurrent ensure_target can cause: duplicate schema/table/column, pg_type race.
-_DDL_RACE_STATES = {"42P06", "42P07", "42701", "23505", "40001", "40P01"}
+#: Errors a concurrent ensure_target can cause: duplicate schema/table/column, pg_type race
+#: (PostgreSQL reports a `CREATE TABLE IF NOT EXISTS` that lost it either as 23505 on
+#: pg_type's index or as 42710 "type ... already exists": both seen in test_load's racing
+#: loaders).
+_DDL_RACE_STATES = {"42P06", "42P07", "42701", "42710", "23505", "40001", "40P01"}
 
 
 def ensure_target(
