@@ -25,6 +25,7 @@ from typing import Any
 
 from benchmarks import floor, others
 from benchmarks.context import Ctx
+from benchmarks.cpu_split import Split
 from benchmarks.harness import Report, say
 from benchmarks.seeds import add_decimal_rows, decimal_table
 from benchmarks.services import (
@@ -63,8 +64,10 @@ def floors(ctx: Ctx, rep: Report, table: str) -> float:
     """The end-to-end floor and dlt; the floor's rows/s."""
     rows = ctx.args.rows
     say("==> decimal floor: mariadb --quick --batch | sed > TSV, psql \\copy")
-    fl = floor.e2e_floor(ctx.mysql, ctx.pg, table)
+    with Split() as cpu:
+        fl = floor.e2e_floor(ctx.mysql, ctx.pg, table)
     rep.details["floor"] = fl
+    cpu_line(rep, "floor", cpu)
     frps = rows / fl["seconds"]
     rep.add("e2e", "mariadb --quick > TSV, psql \\copy (floor)", rows, fl["seconds"], frps,
             key="floor")
@@ -81,12 +84,21 @@ def floors(ctx: Ctx, rep: Report, table: str) -> float:
     return frps
 
 
+def cpu_line(rep: Report, what: str, cpu: Split) -> None:
+    """Where a whole command's CPU went (every process of the machine, cpu_split.py): on
+    N cores nothing finishes faster than its core-seconds / N."""
+    rep.details.setdefault("cpu", {})[what] = cpu.as_dict()
+    rep.summary.append(f"CPU {what}: {cpu}")
+
+
 def fresh_sync(ctx: Ctx, rep: Report, sync: SyncEnv, table: str, frps: float) -> None:
     """(a) `s3rs sync` end to end in a fresh process (its own Spark)."""
     say("==> (a) s3rs sync, fresh process and Spark")
     pg_checkpoint(ctx.pg)
-    res = sync.sync([f"{SCHEMA}.{table}"])
+    with Split() as cpu:
+        res = sync.sync([f"{SCHEMA}.{table}"])
     rep.details["sync_fresh"] = {"seconds": res.seconds, "runs": res.runs}
+    cpu_line(rep, "(a) s3rs sync, fresh process", cpu)
     rows = ctx.args.rows
     rep.add("e2e", "s3rs sync (fresh process, fresh Spark)", rows, res.seconds, frps,
             key="sync_fresh")
@@ -107,12 +119,16 @@ def warm_stages(ctx: Ctx, rep: Report, table: str, day: str, frps: float) -> Non
                    log_level=ctx.args.dagster_log_level)
     cfg = TableConfig.from_dict(table_entry(ctx, table, day, f"{SCHEMA}.{table}_b"))
     try:
-        backup = run_backup(env, cfg, day, ctx.mem)
+        with Split() as cpu:
+            backup = run_backup(env, cfg, day, ctx.mem)
+        cpu_line(rep, "(b) backup, Spark up", cpu)
     finally:
         stop_spark(spark, session)
     b = backup["result"]
     pg_checkpoint(ctx.pg)
-    ld = run_load(env, backup, day)
+    with Split() as cpu:
+        ld = run_load(env, backup, day)
+    cpu_line(rep, "(b) load", cpu)
     pg_checkpoint(ctx.pg)
     base = baseline_copy(ctx.pg, ctx.mysql, backup)
     rep.details.update(spark_start_s=spark_s, backup=b, load=ld, copy_baseline=base)
@@ -148,7 +164,9 @@ def served_sync(ctx: Ctx, rep: Report, table: str, day: str, frps: float) -> Non
         with environ(S3RS_SERVER_STATE_DIR=str(state), S3RS_SERVER="on"):
             before = served_count(state)
             pg_checkpoint(ctx.pg)
-            res = sync.sync([f"{SCHEMA}.{table}"])
+            with Split() as cpu:
+                res = sync.sync([f"{SCHEMA}.{table}"])
+        cpu_line(rep, "(c) s3rs sync through the s3rs server", cpu)
         if served_count(state) != before + 1:
             raise SystemExit(f"bench: the sync did not run in the s3rs server:\n{res.output}")
     rep.details["sync_served"] = {"seconds": res.seconds, "runs": res.runs,
