@@ -239,7 +239,14 @@ def child(args: argparse.Namespace) -> None:
             others = busiest_others(procs0, all_processes(), our_pids(os.getpid()))
         pg_checkpoint(pg)
         t2 = time.perf_counter()
-        ld = run_load(env, backup, day)
+        if args.profile_load:  # where the load's driver CPU goes (pstats file, per tree)
+            import cProfile
+
+            with cProfile.Profile() as prof:
+                ld = run_load(env, backup, day)
+            prof.dump_stats(f"{args.profile_load}.{Path(out['code'] or '.').name}.pstats")
+        else:
+            ld = run_load(env, backup, day)
         t3 = time.perf_counter()
         time.sleep(args.sample * 1.5)
         sampler.end()
@@ -293,6 +300,7 @@ def parent(args: argparse.Namespace) -> None:
                 cmd += ["--timeline"] if args.timeline else []
                 cmd += ["--warm"] if args.warm else []
                 cmd += [f"--java-opts={opts}"] if opts else []
+                cmd += [f"--profile-load={args.profile_load}"] if args.profile_load else []
                 before = uptime()
                 p = subprocess.run(cmd, env=env, cwd=tree, capture_output=True, text=True)
                 line = next((ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")),
@@ -336,6 +344,8 @@ def main() -> None:
                     "--code 'DIR|OPTS')")
     ap.add_argument("--warm", action="store_true",
                     help="wait for Spark's background warm-up job before the backup")
+    ap.add_argument("--profile-load", default="",
+                    help="cProfile the load into PATH.<tree>.pstats")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--bucket", default="", help=argparse.SUPPRESS)
     args = ap.parse_args()
