@@ -14,7 +14,9 @@ passed to the worker's process group (as a terminal would).
 
 Never a different program behind the user's back: the client sends a fingerprint of the
 code it would run (this package's files, the interpreter, installed packages); a server
-started on other code refuses, and the client runs the sync itself after saying so. The
+started on other code refuses, and the client runs the sync itself after saying so. When it
+is the server's own code that changed since it started (an upgrade, `git pull`), it also
+restarts itself on the new code (same pid, `exec`); its running workers go on. The
 socket is the owner's only (directory 0700, peer uid checked). `S3RS_SERVER=off` makes
 every sync run in its own process.
 
@@ -85,6 +87,8 @@ _MAX_MESSAGE = 16 * 1024 * 1024
 ANSWER_TIMEOUT = 60.0
 #: set in a forked worker: its command line must run here, not be forwarded again
 IN_WORKER = False
+#: the workers a server had when it restarted on new code, handed to its new image
+ADOPT_ENV = "S3RS_SERVER_ADOPT"
 
 
 def default_state_dir() -> Path:
@@ -287,9 +291,11 @@ class Server:
         self.command = command
         self.path = socket_path(state_dir)
         self.fingerprint = fingerprint()
-        self.workers: set[int] = set()
+        adopted = os.environ.pop(ADOPT_ENV, "")
+        self.workers: set[int] = {int(p) for p in adopted.split(",") if p.isdigit()}
         self.started = time.time()
         self.sock: socket.socket | None = None
+        self.restart = False  # its own code changed: exec the new code after this request
 
     def bind(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -331,15 +337,34 @@ class Server:
                 print(f"request dropped: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
             finally:
                 conn.close()
+            if self.restart:
+                self._reexec()
 
     def _reap(self) -> None:
-        for pid in list(self.workers):
+        """Every finished child: the workers this image forked and those it adopted."""
+        while True:
             try:
-                done, _ = os.waitpid(pid, os.WNOHANG)
+                done, _ = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
-                done = pid
-            if done:
-                self.workers.discard(pid)
+                done = 0
+            if not done:
+                break
+            self.workers.discard(done)
+
+    def _reexec(self) -> None:
+        """Become a server on the code now on disk: same pid (a supervisor or `s3rs server
+        stop` still finds it), same state directory. Until the new image answers (its
+        imports, ~2 s) syncs find no socket and run in their own process. Running workers
+        stay this process's children: the new image reaps them (ADOPT_ENV)."""
+        self._reap()
+        print(f"code changed since this server started: restarting on it (pid {os.getpid()}, "
+              f"{len(self.workers)} sync(s) running go on)", flush=True)
+        self.close()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.environ[ADOPT_ENV] = ",".join(str(p) for p in sorted(self.workers))
+        os.execv(sys.executable, [sys.executable, "-m", "s3rs_assets.cli", "server", "serve",
+                                  "--state-dir", str(self.state_dir.absolute())])
 
     def _handle(self, conn: socket.socket) -> None:
         conn.settimeout(10.0)
@@ -353,9 +378,12 @@ class Server:
                 _send(conn, {"pid": os.getpid(), "fingerprint": self.fingerprint,
                              "workers": len(self.workers), "started": self.started})
             elif request.get("fingerprint") != self.fingerprint:
-                _send(conn, {"refused": f"the s3rs server (pid {os.getpid()}) was started on "
-                             "other code, another Python or other installed packages; restart "
-                             "it (`s3rs server stop && s3rs server start`)"})
+                self.restart = fingerprint() != self.fingerprint  # its own code changed
+                why = ("restarts on the code now installed (it changed since the server "
+                       "started)" if self.restart else "was started on other code, another "
+                       "Python or other installed packages than this client's; restart it "
+                       "(`s3rs server stop && s3rs server start`) from this environment")
+                _send(conn, {"refused": f"the s3rs server (pid {os.getpid()}) {why}"})
             elif len(fds) != 3:
                 _send(conn, {"refused": "the request carried no stdin, stdout and stderr"})
             else:

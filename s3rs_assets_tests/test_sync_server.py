@@ -4,11 +4,12 @@ Against the real stack: the server is started through the CLI with an environmen
 holds none of the settings (no MySQL, S3 or warehouse, no DAGSTER_HOME), and `s3rs sync`
 processes hand it their command line. What is checked: the rows land exactly as with a
 fresh process (ties at a chunk boundary, an increment of one tie group), the worker used
-the client's environment and directory, its output reached the client's own pipes and
-its exit code is the client's; a server on other code is refused and the client runs the
-sync itself; Ctrl-C to the client reaches the worker; no server, a stale socket or
-`S3RS_SERVER=off` run the sync in its own process; the client imports neither Dagster nor
-the sync command. The runs attach to the session's Spark Connect server (conftest).
+the client's environment and directory, its output reached the client's own pipes and its
+exit code is the client's; a server on other code is refused and the client runs the sync
+itself, and a server whose own code changed restarts on the new code; Ctrl-C to the client
+reaches the worker; no server, a stale socket or `S3RS_SERVER=off` run the sync in its own
+process; the client imports neither Dagster nor the sync command. The runs attach to the
+session's Spark Connect server (conftest).
 """
 
 from __future__ import annotations
@@ -244,27 +245,68 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_a_server_on_other_code_is_refused(tmp_path, served):
-    _, _, env, _, cwd = served
-    state = tmp_path / "other"
-    log = tmp_path / "other.log"
+def _fake_server(state: Path, *, stored: str, current: str | None = None) -> list[str]:
+    """A server started as if its code had fingerprint `stored`; with `current`, the code it
+    finds on disk now has that one (else the real fingerprint)."""
+    patch = f"sync_server.fingerprint = lambda: {current!r}" if current else ""
     script = textwrap.dedent(f"""
         from pathlib import Path
         from s3rs_assets import cli, sync_server
+        {patch}
         server = sync_server.Server(Path({str(state)!r}), cli.main)
-        server.fingerprint = "another-build"  # as if started before the code changed
+        server.fingerprint = {stored!r}
         server.bind()
         server.serve_forever()
     """)
-    with managed_process([sys.executable, "-c", script], _server_env(), log, tmp_path) as proc:
+    return [sys.executable, "-c", script]
+
+
+def test_a_server_on_other_code_than_the_clients_is_refused(tmp_path, served):
+    """The client's code differs, the server's did not change: refused, no restart."""
+    _, _, env, _, cwd = served
+    state = tmp_path / "other"
+    log = tmp_path / "other.log"
+    args = _fake_server(state, stored="another-build", current="another-build")
+    with managed_process(args, _server_env(), log, tmp_path) as proc:
         _wait_ready(state, proc, log)
-        out = _s3rs({**env, "S3RS_SERVER_STATE_DIR": str(state)}, cwd, "sync", "-t",
-                    "nosuch.table")
-        status = _s3rs({**env, "S3RS_SERVER_STATE_DIR": str(state)}, cwd, "server", "status")
+        env = {**env, "S3RS_SERVER_STATE_DIR": str(state)}
+        out = _s3rs(env, cwd, "sync", "-t", "nosuch.table")
+        status = _s3rs(env, cwd, "server", "status")
+        assert sync_server.running(state)["fingerprint"] == "another-build"  # still it
     assert "was started on other code" in out.stderr and "runs in its own process" in out.stderr
     assert out.returncode == 2 and "nosuch.table" in out.stderr  # run here instead
-    assert not _workers(log)
+    assert not _workers(log) and "restarting" not in tail(log)
     assert status.returncode == 1 and "OTHER code" in status.stdout
+
+
+def test_a_server_whose_code_changed_restarts_on_the_new_code(tmp_path, served):
+    """Started before an upgrade: the first sync after it is refused (and runs in its own
+    process) and the server execs itself on the new code, same pid, same state directory;
+    the next sync is served again."""
+    _, _, env, _, cwd = served
+    state = tmp_path / "upgraded"
+    log = tmp_path / "upgraded.log"
+    env = {**env, "S3RS_SERVER_STATE_DIR": str(state)}
+    with managed_process(_fake_server(state, stored="before-upgrade"), _server_env(), log,
+                         tmp_path) as proc:
+        _wait_ready(state, proc, log)
+        first = _s3rs(env, cwd, "sync", "-t", "nosuch.table")
+        deadline = time.monotonic() + DEADLINE
+        while (found := sync_server.running(state)) is None or found.get(
+                "fingerprint") != sync_server.fingerprint():
+            assert proc.poll() is None, f"server exited {proc.returncode}:\n{tail(log)}"
+            assert time.monotonic() < deadline, f"no restart in {DEADLINE}s:\n{tail(log)}"
+            time.sleep(0.2)
+        assert found["pid"] == proc.pid  # exec: the same process
+        second = _s3rs(env, cwd, "sync", "-t", "nosuch.table")
+        status = _s3rs(env, cwd, "server", "status")
+    assert "restarts on the code now installed" in first.stderr
+    assert first.returncode == 2 and "nosuch.table" in first.stderr  # ran in its own process
+    assert "restarting on it" in tail(log)
+    assert second.returncode == 2 and "nosuch.table" in second.stderr
+    assert "server" not in second.stderr
+    assert [argv for _, argv in _workers(log)] == ["sync -t nosuch.table"]  # served after
+    assert status.returncode == 0 and "this code" in status.stdout
 
 
 def test_without_a_server_the_sync_runs_in_its_own_process(tmp_path, served):
