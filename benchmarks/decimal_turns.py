@@ -219,7 +219,7 @@ def child(args: argparse.Namespace) -> None:
     sampler = Sampler(args.sample, int(os.environ["BENCH_MOTO_PID"] or 0) or None)
     out: dict[str, Any] = {"code": os.environ.get("BENCH_CODE", "")}
     made = stages.spark_resource
-    if "jdbc_reads" in getattr(made(), "model_fields", {}):  # trees with jvm_options.py
+    if "jdbc_reads" in getattr(type(made()), "model_fields", {}):  # trees with jvm_options.py
 
         def for_reader():
             res = made()
@@ -233,7 +233,8 @@ def child(args: argparse.Namespace) -> None:
             conf = dict(res.spark_config)
             key = "spark.driver.extraJavaOptions"
             conf[key] = f"{conf.get(key, '')} {args.java_opts}".strip()
-            return type(res)(spark_config=conf)
+            keep = {"jdbc_reads": res.jdbc_reads} if hasattr(res, "jdbc_reads") else {}
+            return type(res)(spark_config=conf, **keep)
 
         stages.spark_resource = with_opts
     with dagster_home():

@@ -441,7 +441,7 @@ def get_spark(res: SparkResource) -> Any:
         if quiet and not str(conf.get("spark.remote", "")):
             conf[key] = f"{conf.get(key, '')} {quiet}".strip()
         pending = None
-        if local:  # the JVM this process launches (executors run inside it)
+        if local and not _jvm_running():  # the JVM this process launches (and its executors)
             opts, pending = local_jvm_options(res, jars, conf.get(key))
             conf[key] = jvm_options.append(conf.get(key), opts)
         builder = SparkSession.builder
@@ -454,6 +454,13 @@ def get_spark(res: SparkResource) -> Any:
     # zones, so `Extractor` checks them before each JDBC read of a DATETIME/TIMESTAMP table
     # (the session may have changed since; connectorx reads do not depend on them).
     return session
+
+
+def _jvm_running() -> bool:
+    """PySpark's gateway JVM is up already (a stopped session's): JVM options are moot."""
+    from pyspark import SparkContext
+
+    return SparkContext._gateway is not None
 
 
 def local_jvm_options(
