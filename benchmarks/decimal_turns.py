@@ -221,14 +221,14 @@ def child(args: argparse.Namespace) -> None:
     made = stages.spark_resource
     if "jdbc_reads" in getattr(type(made()), "model_fields", {}):  # trees with jvm_options.py
 
-        def for_reader():
+        def for_reader(made=made):
             res = made()
             return type(res)(spark_config=res.spark_config, jdbc_reads=args.reader == "jdbc")
 
         stages.spark_resource = made = for_reader
     if args.java_opts:  # e.g. -XX:TieredStopAtLevel=1: JVM flags to try before resources.py
 
-        def with_opts():
+        def with_opts(made=made):
             res = made()
             conf = dict(res.spark_config)
             key = "spark.driver.extraJavaOptions"
