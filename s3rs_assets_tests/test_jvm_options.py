@@ -209,18 +209,20 @@ def test_a_jvm_that_fails_or_a_stale_temporary_leaves_no_archive(state, home):
 
 
 def test_the_shared_sessions_jvm_got_the_options(spark):
-    """The test session's JVM (conftest: local[2], JDBC reads not ruled out): the archive
-    options on its command line, after the UTC option, and no C1-only flag."""
+    """The test session's JVM (conftest: local[2], JDBC reads not ruled out, S3RS_SPARK_JVM
+    as the session sets it): the chosen tunings' options on its command line, after the
+    UTC option."""
     from pyspark import SparkContext
 
-    if os.environ.get(jvm_options.ENV, "auto") != "auto":
-        pytest.skip(f"{jvm_options.ENV} is set")
+    chosen = jvm_options.tunings(os.environ.get(jvm_options.ENV), jdbc_reads=True)
     argv = Path(f"/proc/{SparkContext._gateway.proc.pid}/cmdline").read_bytes().split(b"\0")
     args = [a.decode() for a in argv]
-    assert "-Duser.timezone=UTC" in args and C1_ONLY not in args
+    assert "-Duser.timezone=UTC" in args
+    assert (C1_ONLY in args) == ("c1" in chosen)
+    if "c1" in chosen:
+        assert args.index(C1_ONLY) > args.index("-Duser.timezone=UTC")
     cds = [a for a in args if a.startswith(("-XX:SharedArchiveFile", "-XX:ArchiveClasses"))]
-    if jvm_options.archive_dir() is not None:
-        assert len(cds) == 1 and args.index(cds[0]) > args.index("-Duser.timezone=UTC")
+    assert len(cds) == int("cds" in chosen and jvm_options.archive_dir() is not None)
 
 
 SPARK = """
@@ -245,7 +247,8 @@ def test_a_local_spark_writes_the_archive_at_exit_and_the_next_one_maps_it(state
         p = subprocess.run([sys.executable, "-c", SPARK], cwd=REPO, env=env, text=True,
                            capture_output=True, timeout=240)
         assert p.returncode == 0 and "rows 3" in p.stdout, p.stderr[-3000:]
-        assert "cds" not in p.stdout.lower() + p.stderr.lower()
+        said = [ln for ln in (p.stdout + p.stderr).splitlines() if not ln.startswith("argv")]
+        assert not [ln for ln in said if "cds" in ln.lower()], said  # the JVM's CDS logs
         outs.append(p.stdout)
     (found,) = state.glob("spark-*.jsa")
     assert "-XX:ArchiveClassesAtExit=" in outs[0] and C1_ONLY in outs[0]
