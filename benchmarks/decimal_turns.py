@@ -190,6 +190,20 @@ def _stat_path(p: Path) -> float | None:
     return (int(rest[11]) + int(rest[12])) / HZ
 
 
+def jvm_flags(me: int) -> list[str]:
+    """The -XX/-Xshare options on the command line of this process's JVM."""
+    for d in os.listdir("/proc"):
+        if d.isdigit() and _comm(int(d)) == "java":
+            st = _stat(int(d))
+            if st and st[0] == me:
+                try:
+                    argv = Path(f"/proc/{d}/cmdline").read_bytes().split(b"\0")
+                except OSError:
+                    continue
+                return [a.decode() for a in argv if a.startswith((b"-XX", b"-Xshare"))]
+    return []
+
+
 def child(args: argparse.Namespace) -> None:
     """One tree's stages in this fresh process; prints one JSON line."""
     warnings.filterwarnings("ignore")
@@ -204,15 +218,23 @@ def child(args: argparse.Namespace) -> None:
     table = f"dec_{args.rows}"
     sampler = Sampler(args.sample, int(os.environ["BENCH_MOTO_PID"] or 0) or None)
     out: dict[str, Any] = {"code": os.environ.get("BENCH_CODE", "")}
-    if args.java_opts:  # e.g. -XX:TieredStopAtLevel=1: JVM flags to try before resources.py
-        made = stages.spark_resource
+    made = stages.spark_resource
+    if "jdbc_reads" in getattr(type(made()), "model_fields", {}):  # trees with jvm_options.py
 
-        def with_opts():
+        def for_reader(made=made):
+            res = made()
+            return type(res)(spark_config=res.spark_config, jdbc_reads=args.reader == "jdbc")
+
+        stages.spark_resource = made = for_reader
+    if args.java_opts:  # e.g. -XX:TieredStopAtLevel=1: JVM flags to try before resources.py
+
+        def with_opts(made=made):
             res = made()
             conf = dict(res.spark_config)
             key = "spark.driver.extraJavaOptions"
             conf[key] = f"{conf.get(key, '')} {args.java_opts}".strip()
-            return type(res)(spark_config=conf)
+            keep = {"jdbc_reads": res.jdbc_reads} if hasattr(res, "jdbc_reads") else {}
+            return type(res)(spark_config=conf, **keep)
 
         stages.spark_resource = with_opts
     with dagster_home():
@@ -223,6 +245,9 @@ def child(args: argparse.Namespace) -> None:
         session = spark.session()
         out["spark_start_s"] = time.perf_counter() - t
         out["warm_wait_s"] = wait_warm_up() if args.warm else None
+        # CPU seconds so far: the JVM's start-up (and, with --warm, its first job)
+        out["ready_cpu"] = {k: round(v, 2) for k, v in sampler.read().items()}
+        out["jvm_cmdline_opts"] = jvm_flags(os.getpid())
         sampler.start()
         threads0 = jvm_threads(os.getpid())
         procs0 = all_processes()
@@ -314,8 +339,11 @@ def parent(args: argparse.Namespace) -> None:
                 la = " ".join(f"{x:.2f}" for x in r["load_avg"])
                 cb = r["cpu_backup"]
                 r["entry"] = entry
-                say(f"turn {turn} {entry}: warm-up wait {r['warm_wait_s']}, "
-                    f"chunks {r['chunk_read_s']}")
+                rc = r.get("ready_cpu", {})
+                say(f"turn {turn} {entry}: spark start {r['spark_start_s']:.2f} s + warm-up "
+                    f"wait {r['warm_wait_s']} (CPU so far: jvm {rc.get('jvm', 0):.1f}, workers "
+                    f"{rc.get('workers', 0):.1f}; uptime before: {before}); JVM flags "
+                    f"{r.get('jvm_cmdline_opts')}; chunks {r['chunk_read_s']}")
                 say(f"turn {turn} {entry}: backup {r['backup_s']:.2f} s (plan "
                     f"{r['plan_s']:.2f}, read+write {r['read_write_s']:.2f}, ckpt "
                     f"{r['checkpoint_s']:.2f}) + load {r['load_s']:.2f} s = "

@@ -125,6 +125,18 @@ class Pack:
             log.debug("record cache %s not written: %s", self.path, e)
 
 
+def cache_root() -> str | None:
+    """s3rs's local cache directory (module docstring), None when turned off; also holds
+    the Spark JVM's class archives (jvm_options.py)."""
+    where = os.environ.get("S3RS_CACHE_DIR")
+    if where is not None and where.strip().lower() == OFF:
+        return None
+    if not where:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        where = os.path.join(base, "s3rs")
+    return where
+
+
 class BodyCache:
     """Where the packs live, and for which endpoint (module docstring)."""
 
@@ -135,15 +147,8 @@ class BodyCache:
     @classmethod
     def from_env(cls, endpoint: str | None = None) -> BodyCache | None:
         """The cache the environment names (module docstring), or None when turned off."""
-        where = os.environ.get("S3RS_CACHE_DIR")
-        if where is not None and where.strip().lower() == OFF:
-            return None
-        if not where:
-            base = os.environ.get("XDG_CACHE_HOME") or os.path.join(
-                os.path.expanduser("~"), ".cache"
-            )
-            where = os.path.join(base, "s3rs")
-        return cls(where, endpoint)
+        where = cache_root()
+        return None if where is None else cls(where, endpoint)
 
     def archives(self, bucket: str, prefix: str) -> Pack:
         """The archive objects kept for `bucket` (`prefix`: the watermarks' prefix)."""

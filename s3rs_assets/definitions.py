@@ -55,7 +55,7 @@ def build_definitions(tables: list[TableConfig] | None = None) -> dg.Definitions
         jobs=[*jobs, catchup_job],
         sensors=build_sensors(tables, jobs),
         schedules=[*build_reconcile_schedules(tables), *build_freshness_schedule(tables)],
-        resources=resources_from_env(),
+        resources=resources_from_env(tables=tables),
         # Every step of a run in one process: one SparkSession per run, not per step.
         executor=dg.in_process_executor,
     )

@@ -14,6 +14,7 @@ from typing import Any
 
 import dagster as dg
 
+from s3rs_assets.config import TableConfig
 from s3rs_assets.connections import mysql_from_env, s3_from_env, warehouse_from_env
 from s3rs_assets.io_manager import S3RSIOManager
 from s3rs_assets.resources import (
@@ -29,7 +30,9 @@ from s3rs_assets.warehouse import WarehouseResource
 NAMES = ("mysql", "s3", "spark", "warehouse", "s3rs_io_manager")
 
 
-def _build(name: str, resolved: bool, s3: S3Resource | None) -> Any:
+def _build(
+    name: str, resolved: bool, s3: S3Resource | None, tables: Iterable[TableConfig] | None = None
+) -> Any:
     if name == "mysql":
         url = mysql_from_env().url if resolved else dg.EnvVar("S3RS_MYSQL_URL")
         return MySQLResource(url=url)
@@ -45,7 +48,9 @@ def _build(name: str, resolved: bool, s3: S3Resource | None) -> Any:
             spark_config=spark_defaults(
                 os.environ.get("S3RS_SPARK_MASTER", "local[*]"),
                 os.environ.get("S3RS_SPARK_JARS", DEFAULT_JDBC_JARS),
-            )
+            ),
+            # not known (None): assume one does, so `auto` keeps the JVM's full JIT
+            jdbc_reads=tables is None or any(t.reader == "jdbc" for t in tables),
         )
     if name == "warehouse":
         if resolved:
@@ -60,11 +65,18 @@ def _build(name: str, resolved: bool, s3: S3Resource | None) -> Any:
     raise ValueError(f"no resource {name!r}")
 
 
-def resources_from_env(*, resolved: bool = False, names: Iterable[str] = NAMES) -> dict[str, Any]:
+def resources_from_env(
+    *,
+    resolved: bool = False,
+    names: Iterable[str] = NAMES,
+    tables: Iterable[TableConfig] | None = None,
+) -> dict[str, Any]:
     """The resources `names` (default: all the definitions bind), configured from the
     environment: secrets as `EnvVar`s, or with `resolved` their values now (ConfigError
-    naming an unset variable, for the ones asked for only)."""
+    naming an unset variable, for the ones asked for only). `tables`: the tables the
+    resources serve, when known (the Spark JVM's start-up tunings depend on their readers)."""
     out: dict[str, Any] = {}
+    tables = None if tables is None else list(tables)
     for name in names:
-        out[name] = _build(name, resolved, out.get("s3"))
+        out[name] = _build(name, resolved, out.get("s3"), tables)
     return out

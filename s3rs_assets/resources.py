@@ -21,7 +21,7 @@ import pymysql
 from dagster_pyspark import LazyPySparkResource
 from pydantic import Field, PrivateAttr
 
-from s3rs_assets import logs
+from s3rs_assets import jvm_options, logs
 from s3rs_assets.clock import PIN_SQL, SESSION_TIME_ZONE
 from s3rs_assets.config import DatabaseURL
 from s3rs_assets.connections import MySQLConnector
@@ -319,6 +319,17 @@ class SparkResource(LazyPySparkResource):
         "(sc://... Spark Connect). See s3rs_assets.resources.spark_defaults.",
     )
 
+    jvm_tuning: str | None = Field(
+        default=None,
+        description="JVM start-up tunings of a local Spark JVM: auto, off, or a list of "
+        "cds,c1 (s3rs_assets.jvm_options); default $S3RS_SPARK_JVM, else auto.",
+    )
+    jdbc_reads: bool = Field(
+        default=True,
+        description="some table this resource serves reads through Spark's JDBC reader "
+        "(then `auto` keeps the JVM's full JIT).",
+    )
+
     @property
     def master(self) -> str:
         conf = self.spark_config
@@ -426,14 +437,36 @@ def get_spark(res: SparkResource) -> Any:
             # systemd: no venv on PATH). SparkContext reads the variable, not a conf key.
             os.environ["PYSPARK_PYTHON"] = sys.executable
         quiet = logs.spark_log_options()  # Spark's WARN lines only with `s3rs -v`
+        key = "spark.driver.extraJavaOptions"
         if quiet and not str(conf.get("spark.remote", "")):
-            key = "spark.driver.extraJavaOptions"
             conf[key] = f"{conf.get(key, '')} {quiet}".strip()
+        pending = None
+        if local and not _jvm_running():  # the JVM this process launches (and its executors)
+            opts, pending = local_jvm_options(res, jars, conf.get(key))
+            conf[key] = jvm_options.append(conf.get(key), opts)
         builder = SparkSession.builder
         for k, v in conf.items():
             builder = builder.config(k, v)
         session = builder.getOrCreate()
+        if pending is not None:
+            jvm_options.finish_at_exit(pending)
     # No zone check here: only Spark's JDBC reader depends on the session's and the JVM's
     # zones, so `Extractor` checks them before each JDBC read of a DATETIME/TIMESTAMP table
     # (the session may have changed since; connectorx reads do not depend on them).
     return session
+
+
+def _jvm_running() -> bool:
+    """PySpark's gateway JVM is up already (a stopped session's): JVM options are moot."""
+    from pyspark import SparkContext
+
+    return SparkContext._gateway is not None
+
+
+def local_jvm_options(
+    res: SparkResource, jars: list[str], user: str | None
+) -> tuple[list[str], jvm_options.PendingArchive | None]:
+    """The start-up tunings (jvm_options.py) for the local JVM `res` launches."""
+    setting = res.jvm_tuning if res.jvm_tuning is not None else os.environ.get(jvm_options.ENV)
+    chosen = jvm_options.tunings(setting, jdbc_reads=res.jdbc_reads)
+    return jvm_options.java_options(chosen, jvm_options.spark_home(), jars, user)

@@ -28,6 +28,7 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from s3rs_assets import jvm_options
 from s3rs_assets.backup.extract import check_utc
 from s3rs_assets.errors import ConfigError
 from s3rs_assets.resources import DEFAULT_JDBC_JARS, spark_defaults, warm_up
@@ -96,6 +97,12 @@ class ServerSettings:
                 "spark.connect.session.manager.defaultSessionTimeout": "3650d",
             }
         )
+        if self.master.startswith("local"):
+            key = "spark.driver.extraJavaOptions"
+            jars = [j for j in self.jars.split(",") if j]
+            conf[key] = jvm_options.append(
+                conf.get(key), jvm_options.server_options(jars, spark_home())
+            )
         return conf
 
     def command(self) -> list[str]:

@@ -51,7 +51,7 @@ def table_definitions(table: str | TableConfig) -> dg.Definitions:
     return dg.Definitions(
         assets=build_table_assets(cfg),
         jobs=[build_sync_job(cfg)],
-        resources=resources_from_env(),
+        resources=resources_from_env(tables=[cfg]),
         # Every step of a run in one process: one SparkSession per run, not per step.
         executor=dg.in_process_executor,
     )

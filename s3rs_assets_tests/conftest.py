@@ -43,6 +43,11 @@ def _record_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
     # an `s3rs server` a developer left running in the checkout must not run the tests'
     # syncs (test_sync_server starts its own and turns this back on for its clients)
     os.environ["S3RS_SERVER"] = "off"
+    # A Spark JVM's class archive (jvm_options.py) is written when the first JVM exits (~10
+    # CPU-s, ~120 MB): in this throw-away cache dir every test session, and every Spark
+    # subprocess started before one exists, would write it again. C1 alone here;
+    # test_jvm_options.py covers the archive with a state dir of its own.
+    os.environ.setdefault("S3RS_SPARK_JVM", "c1")
 
 
 @pytest.fixture(scope="session", autouse=True)
