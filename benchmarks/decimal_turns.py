@@ -232,7 +232,14 @@ def child(args: argparse.Namespace) -> None:
         cfg = TableConfig.from_dict(table_entry(ctx, table, day, f"{SCHEMA}.{table}_{tag}"))
         t0 = time.perf_counter()
         try:
-            backup = run_backup(env, cfg, day)
+            if args.cprofile:
+                from benchmarks.driver_profile import driver_profile
+                with driver_profile() as prof:
+                    backup = run_backup(env, cfg, day)
+                Path(args.cprofile).write_text(
+                    "\n".join(f"== {k}\n{v}" for k, v in prof.items()))
+            else:
+                backup = run_backup(env, cfg, day)
         finally:
             t1 = time.perf_counter()
             threads1 = jvm_threads(os.getpid())
@@ -284,7 +291,8 @@ def parent(args: argparse.Namespace) -> None:
                 tree = str(Path(tree).resolve())
                 opts = opts or args.java_opts
                 env = dict(os.environ, PYTHONPATH=tree, BENCH_CODE=tree,
-                           BENCH_MOTO_PID=str(info.get("moto_pid") or ""))
+                           BENCH_MOTO_PID=str(info.get("moto_pid")
+                                              or os.environ.get("BENCH_MOTO_PID", "")))
                 cmd = [sys.executable, "-m", "benchmarks.decimal_turns", "--child",
                        "--bucket", name, "--rows", str(args.rows),
                        "--chunk-rows", str(args.chunk_rows),
@@ -292,6 +300,8 @@ def parent(args: argparse.Namespace) -> None:
                        "--sample", str(args.sample)]
                 cmd += ["--timeline"] if args.timeline else []
                 cmd += ["--warm"] if args.warm else []
+                if args.cprofile:  # one file per tree and turn
+                    cmd += [f"--cprofile={args.cprofile}.{turn}.{Path(tree).name}"]
                 cmd += [f"--java-opts={opts}"] if opts else []
                 before = uptime()
                 p = subprocess.run(cmd, env=env, cwd=tree, capture_output=True, text=True)
@@ -336,6 +346,9 @@ def main() -> None:
                     "--code 'DIR|OPTS')")
     ap.add_argument("--warm", action="store_true",
                     help="wait for Spark's background warm-up job before the backup")
+    ap.add_argument("--cprofile", default="",
+                    help="write the driver's profile and request counts (driver_profile.py) "
+                    "of each turn's backup to PATH.<turn>.<tree>")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--bucket", default="", help=argparse.SUPPRESS)
     args = ap.parse_args()
