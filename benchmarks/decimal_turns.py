@@ -234,7 +234,7 @@ def child(args: argparse.Namespace) -> None:
         try:
             if args.cprofile:
                 from benchmarks.driver_profile import driver_profile
-                with driver_profile() as prof:
+                with driver_profile(dump=args.cprofile) as prof:
                     backup = run_backup(env, cfg, day)
                 Path(args.cprofile).write_text(
                     "\n".join(f"== {k}\n{v}" for k, v in prof.items()))

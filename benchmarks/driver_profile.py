@@ -16,7 +16,7 @@ from typing import Any
 
 
 @contextmanager
-def driver_profile(top: int = 40) -> Iterator[dict[str, Any]]:
+def driver_profile(top: int = 40, dump: str = "") -> Iterator[dict[str, Any]]:
     import botocore.client
     import dagster as dg
     import py4j.clientserver
@@ -83,6 +83,8 @@ def driver_profile(top: int = 40) -> Iterator[dict[str, Any]]:
                     st.add(q)
             else:
                 st = pstats.Stats(p, stream=buf)
+            if dump:  # the raw stats, for pstats' callers/callees
+                st.dump_stats(f"{dump}.{label.split()[0]}.prof")
             st.sort_stats("tottime").print_stats(top)
             st.sort_stats("cumulative").print_stats(top)
             out[label] = buf.getvalue()

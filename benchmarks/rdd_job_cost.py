@@ -23,6 +23,14 @@ def noop(spec: bytes) -> Any:
     return run
 
 
+def freeze(parts: Iterator[int]) -> Iterator[int]:
+    import gc
+
+    gc.collect()
+    gc.freeze()
+    yield from parts
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--jobs", type=int, default=20)
@@ -53,7 +61,13 @@ def main() -> None:
               f"{(c1 - c0) / n:.4f}, per job {per}", flush=True)
 
     window("idle (per second)", lambda: time.sleep(args.idle), int(args.idle))
-    for slices, size in ((2, 3000), (1, 3000), (2, 30000)):
+    variants = [(2, 3000), (1, 3000), (2, 30000), ("freeze", 0), (2, 3000)]
+    for slices, size in variants:
+        if slices == "freeze":  # gc.freeze() in each worker: its daemon's gc.collect()
+            # after every task then walks only what later tasks left
+            sc.parallelize(range(2), 2).mapPartitions(freeze).collect()
+            print("workers' heaps frozen", flush=True)
+            continue
         spec = os.urandom(size)
 
         def jobs(slices: int = slices, spec: bytes = spec) -> None:
