@@ -283,6 +283,14 @@ class S3Resource(dagster_aws.s3.S3Resource):
 
 _SPARK_LOCK = threading.Lock()
 UTC_JAVA_OPTION = "-Duser.timezone=UTC"
+#: A local session's JVM compiles with C1 only. Its connectorx chunks are short RDD jobs
+#: whose scheduler paths C2 kept recompiling: measured in turns on the 1M-row decimal
+#: backup with Spark warm, the JVM's CPU went 2.3-2.4 -> 0.7-0.8 s and the backup 5.9-7.4
+#: -> 5.0-5.2 s; the JDBC reader (the JVM decodes every row) was the same within noise
+#: (JVM 14.6-15.3 vs 15.3-15.6 CPU-s), and the start-up takes ~38 % less JVM CPU
+#: (benchmarks/results/2026-11-27-cold-sync-cold25.md). Standalone executors and Spark
+#: Connect servers keep their own JVM settings.
+LOCAL_JIT_JAVA_OPTION = "-XX:TieredStopAtLevel=1"
 
 
 def spark_defaults(master: str = "local[*]", jars: str = DEFAULT_JDBC_JARS) -> dict[str, str]:
@@ -295,7 +303,11 @@ def spark_defaults(master: str = "local[*]", jars: str = DEFAULT_JDBC_JARS) -> d
         "spark.master": master,
         "spark.app.name": "s3rs",
         "spark.driver.memory": "2g",
-        "spark.driver.extraJavaOptions": UTC_JAVA_OPTION,
+        "spark.driver.extraJavaOptions": (
+            f"{UTC_JAVA_OPTION} {LOCAL_JIT_JAVA_OPTION}"
+            if master.startswith("local")
+            else UTC_JAVA_OPTION
+        ),
         "spark.executor.extraJavaOptions": UTC_JAVA_OPTION,
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.execution.arrow.pyspark.enabled": "true",

@@ -36,7 +36,7 @@ from pathlib import Path
 import pytest
 
 from s3rs_assets.io_manager import store_for
-from s3rs_assets.resources import DEFAULT_JDBC_JARS
+from s3rs_assets.resources import DEFAULT_JDBC_JARS, spark_defaults
 from s3rs_assets_tests.conftest import REPO, free_port
 from s3rs_assets_tests.helpers import (
     make_ties_table,
@@ -272,3 +272,12 @@ def test_spark_connect_both_readers(
     assert "S3RS-SESSION pyspark.sql.connect.session local[2]" in out
     _check(mysql_conn, s3_resource, s3_client, mysql_db, tables)
     print(*(line for line in out.splitlines() if line.startswith("S3RS-TIMING")), sep="\n")
+
+
+def test_a_local_session_compiles_with_c1_only_and_other_masters_keep_their_jit() -> None:
+    local = spark_defaults("local[2]")["spark.driver.extraJavaOptions"].split()
+    assert local == ["-Duser.timezone=UTC", "-XX:TieredStopAtLevel=1"]
+    assert spark_defaults("local[2]")["spark.executor.extraJavaOptions"] == "-Duser.timezone=UTC"
+    standalone = spark_defaults("spark://h:7077")["spark.driver.extraJavaOptions"]
+    assert standalone == "-Duser.timezone=UTC"
+    assert "spark.driver.extraJavaOptions" not in spark_defaults("sc://h:15002")
