@@ -257,7 +257,14 @@ def child(args: argparse.Namespace) -> None:
         cfg = TableConfig.from_dict(table_entry(ctx, table, day, f"{SCHEMA}.{table}_{tag}"))
         t0 = time.perf_counter()
         try:
-            backup = run_backup(env, cfg, day)
+            if args.cprofile:
+                from benchmarks.driver_profile import driver_profile
+                with driver_profile(dump=args.cprofile) as prof:
+                    backup = run_backup(env, cfg, day)
+                Path(args.cprofile).write_text(
+                    "\n".join(f"== {k}\n{v}" for k, v in prof.items()))
+            else:
+                backup = run_backup(env, cfg, day)
         finally:
             t1 = time.perf_counter()
             threads1 = jvm_threads(os.getpid())
@@ -267,9 +274,9 @@ def child(args: argparse.Namespace) -> None:
         if args.profile_load:  # where the load's driver CPU goes (pstats file, per tree)
             import cProfile
 
-            with cProfile.Profile() as prof:
+            with cProfile.Profile() as load_prof:
                 ld = run_load(env, backup, day)
-            prof.dump_stats(f"{args.profile_load}.{Path(out['code'] or '.').name}.pstats")
+            load_prof.dump_stats(f"{args.profile_load}.{Path(out['code'] or '.').name}.pstats")
         else:
             ld = run_load(env, backup, day)
         t3 = time.perf_counter()
@@ -316,7 +323,8 @@ def parent(args: argparse.Namespace) -> None:
                 tree = str(Path(tree).resolve())
                 opts = opts or args.java_opts
                 env = dict(os.environ, PYTHONPATH=tree, BENCH_CODE=tree,
-                           BENCH_MOTO_PID=str(info.get("moto_pid") or ""))
+                           BENCH_MOTO_PID=str(info.get("moto_pid")
+                                              or os.environ.get("BENCH_MOTO_PID", "")))
                 cmd = [sys.executable, "-m", "benchmarks.decimal_turns", "--child",
                        "--bucket", name, "--rows", str(args.rows),
                        "--chunk-rows", str(args.chunk_rows),
@@ -324,6 +332,8 @@ def parent(args: argparse.Namespace) -> None:
                        "--sample", str(args.sample)]
                 cmd += ["--timeline"] if args.timeline else []
                 cmd += ["--warm"] if args.warm else []
+                if args.cprofile:  # one file per tree and turn
+                    cmd += [f"--cprofile={args.cprofile}.{turn}.{Path(tree).name}"]
                 cmd += [f"--java-opts={opts}"] if opts else []
                 cmd += [f"--profile-load={args.profile_load}"] if args.profile_load else []
                 before = uptime()
@@ -374,6 +384,9 @@ def main() -> None:
                     help="wait for Spark's background warm-up job before the backup")
     ap.add_argument("--profile-load", default="",
                     help="cProfile the load into PATH.<tree>.pstats")
+    ap.add_argument("--cprofile", default="",
+                    help="write the driver's profile and request counts (driver_profile.py) "
+                    "of each turn's backup to PATH.<turn>.<tree>")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--bucket", default="", help=argparse.SUPPRESS)
     args = ap.parse_args()

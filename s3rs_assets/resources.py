@@ -209,6 +209,8 @@ class S3Resource(dagster_aws.s3.S3Resource):
     bucket: str = Field(description="S3RS_S3_BUCKET")
     prefix: str = Field(default="s3rs", description="S3RS_S3_PREFIX: key prefix for everything.")
     _client: Any = PrivateAttr(default=None)
+    #: (the AWS chain's credentials or None,) once `task_config` resolved them
+    _credentials: tuple[Any] | None = PrivateAttr(default=None)
 
     def client(self) -> Any:
         """One S3 client per resource instance (clients are thread-safe)."""
@@ -255,7 +257,13 @@ class S3Resource(dagster_aws.s3.S3Resource):
         if self.aws_access_key_id:
             keys = (self.aws_access_key_id, self.aws_secret_access_key, self.aws_session_token)
         else:
-            creds = boto3.session.Session(profile_name=self.profile_name).get_credentials()
+            if self._credentials is None:
+                # resolved once per resource (a boto3 session costs ~20 ms CPU: it was
+                # built for every chunk); refreshable credentials renew in the freeze below
+                self._credentials = (
+                    boto3.session.Session(profile_name=self.profile_name).get_credentials(),
+                )
+            creds = self._credentials[0]
             frozen = creds.get_frozen_credentials() if creds else None
             keys = (frozen.access_key, frozen.secret_key, frozen.token) if frozen else None
         if keys is not None:

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from s3rs_assets.cursor import after, at_or_before, literal, position_token
-from s3rs_assets.source import describe, plan_chunk
+from s3rs_assets.source import describe, plan_chunk, plan_window
 from s3rs_assets.watermark import Position
 from s3rs_assets_tests.helpers import make_ties_table, mysql_ids, table_cfg, ties
 
@@ -84,6 +84,59 @@ def test_every_row_once_hypothesis(ties_table, chunk, parts):
     conn, src = ties_table
     seen = walk(conn, src, chunk, parts)
     assert len(seen) == len(set(seen)) == 10_000
+
+
+class _Counting:
+    """A connection whose cursors count the statements they run."""
+
+    def __init__(self, conn) -> None:
+        self.conn, self.statements = conn, []
+
+    def cursor(self):
+        outer, cur = self, self.conn.cursor()
+        real = cur.execute
+
+        def execute(sql, *a):
+            outer.statements.append(sql)
+            return real(sql, *a)
+
+        cur.execute = execute
+        return cur
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    chunk=st.integers(min_value=1, max_value=4000),
+    parts=st.integers(min_value=1, max_value=6),
+    skip=st.integers(min_value=0, max_value=10_000),
+    upper_row=st.integers(min_value=1, max_value=10_000),
+)
+def test_probed_plans_equal_the_window_plan(ties_table, chunk, parts, skip, upper_row):
+    """plan_chunk's OFFSET probes find the seams and counts the one-query window plan
+    finds, from any position (inside ties, near the bound, at the end), with one probe per
+    full sub-range and, where the range runs out, one more probe and one window query."""
+    conn, src = ties_table
+    with conn.cursor() as cur:
+        cur.execute("SELECT update_at, id FROM ties10k ORDER BY update_at, id")
+        order = cur.fetchall()
+    start = Position(c=DAY)
+    if skip:
+        start = Position(c=order[skip - 1][0], pk=[order[skip - 1][1]])
+    upper = order[upper_row - 1][0]  # rows tied with it and after are above the bound
+    counting = _Counting(conn)
+    got = plan_chunk(counting, src, start, upper, chunk, parts)
+    want = plan_window(conn, src, start, upper, chunk, parts)
+    assert got == want
+    if want is None:
+        assert 1 <= len(counting.statements) <= 2  # a probe, then the window of the rest
+        return
+    windows = [s for s in counting.statements if " OVER " in s]
+    if want.rows == chunk:  # a full chunk: one probe per sub-range, no window query
+        assert len(counting.statements) == len(want.ranges) and not windows
+    else:
+        assert len(counting.statements) <= len(want.ranges) + 2 and len(windows) <= 1
 
 
 def test_resume_from_the_middle_of_a_tie(ties_table):

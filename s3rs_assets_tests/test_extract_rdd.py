@@ -132,3 +132,29 @@ def test_a_classic_session_has_a_context_and_a_connect_one_none(spark) -> None:
             raise NotImplementedError("[NOT_IMPLEMENTED] sparkContext() is not implemented.")
 
     assert extract.classic_context(Connect()) is None
+
+
+def test_workers_collect_only_what_a_task_left_after_their_first_object(
+    ties_conn, mysql_db, mysql_url, spark, s3_resource
+) -> None:
+    """PySpark's daemon runs a full gc.collect() after each task of a reused worker: after
+    the warm-up and a worker's first object (`spark_tasks.settle_heap`) its imported heap
+    is frozen, so that collection walks a small fraction of the worker's objects, not all
+    of them (~50 ms CPU a task before)."""
+    src, items = _items(ties_conn, mysql_db, 2_000, 2)
+    ex = Extractor(spark=spark, mysql=MySQLResource(url=mysql_url), s3=s3_resource, src=src,
+                   table_name=f"{mysql_db}.rdd_ties", parallelism=2)
+    resources._warm_job(spark, 2)
+    for _ in range(2):  # every worker a task may land in has written an object
+        assert [f.rows for f in ex.read(items)] == [i.rows.rows for i in items]
+
+    def heap(parts: Any) -> Any:
+        import gc
+
+        list(parts)
+        yield os.getpid(), gc.get_freeze_count(), len(gc.get_objects())
+
+    sc = spark.sparkContext
+    same_workers_as_sql(spark, sc)
+    for _pid, frozen, walked in sc.parallelize(range(2), 2).mapPartitions(heap).collect():
+        assert frozen > 50_000 and walked < frozen // 10, (frozen, walked)

@@ -17,7 +17,9 @@ from s3rs_assets.source.probes import (
     count_between,
     first_row,
     last_row,
+    nth_row,
     plan_chunk,
+    plan_window,
     source_counts,
 )
 from s3rs_assets.source.table import SourceTable, check_clock, describe, describe_many
@@ -33,7 +35,9 @@ __all__ = [
     "describe_many",
     "first_row",
     "last_row",
+    "nth_row",
     "plan_chunk",
+    "plan_window",
     "safety_bound",
     "server_now",
     "server_utc",
