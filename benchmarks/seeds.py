@@ -15,7 +15,7 @@ batch, no rows through Python.
 from __future__ import annotations
 
 import time
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from benchmarks.harness import say
@@ -106,6 +106,14 @@ def decimal_table(u: DatabaseURL, rows: int, day: date) -> dict[str, Any]:
     tie = min(DECIMAL_TIE, max(1, rows // 4))
     _insert_seq(u, table, rows, lambda first: _decimal_select(first, start, tie))
     return {"table": table, "seeded": True, "seconds": time.perf_counter() - t0}
+
+
+def increment_at(minutes: int = 30) -> datetime:
+    """When an increment's rows are stamped: `minutes` ago (UTC, naive), but not before
+    today. Past midnight, rows stamped yesterday land in a day the sync before already
+    closed: stragglers, left to reconcile, and the sync rightly has nothing to do."""
+    now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
+    return max(now - timedelta(minutes=minutes), now.replace(hour=0, minute=0, second=0))
 
 
 def add_decimal_rows(u: DatabaseURL, table: str, first_id: int, n: int, at: datetime) -> None:

@@ -27,7 +27,7 @@ from benchmarks import floor, others
 from benchmarks.context import Ctx
 from benchmarks.cpu_split import Split
 from benchmarks.harness import Report, say
-from benchmarks.seeds import add_decimal_rows, decimal_table
+from benchmarks.seeds import add_decimal_rows, decimal_table, increment_at
 from benchmarks.services import (
     SCHEMA,
     dagster_home,
@@ -182,12 +182,10 @@ def served_sync(ctx: Ctx, rep: Report, table: str, day: str, frps: float) -> Non
 
 
 def increment(ctx: Ctx, rep: Report, sync: SyncEnv, table: str) -> None:
-    """`--increment` new rows stamped 30 minutes ago (not before today: a row stamped in a
-    day (a) already closed is a straggler, left to reconcile, and the sync rightly has
-    nothing to do), then `s3rs sync` in a fresh process."""
+    """`--increment` new rows stamped 30 minutes ago (`increment_at`: not before today),
+    then `s3rs sync` in a fresh process."""
     n, rows = ctx.args.increment, ctx.args.rows
-    now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
-    at = max(now - timedelta(minutes=30), now.replace(hour=0, minute=0, second=0))
+    at = increment_at()
     say(f"==> increment: {n:,} rows at {at:%H:%M:%S}, s3rs sync (fresh process)")
     add_decimal_rows(ctx.mysql, table, rows + 1, n, at)
     try:

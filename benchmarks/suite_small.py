@@ -36,7 +36,7 @@ from typing import Any
 
 from benchmarks.context import Ctx
 from benchmarks.harness import Report, children_cpu, say, uptime
-from benchmarks.seeds import add_decimal_rows, decimal_table
+from benchmarks.seeds import add_decimal_rows, decimal_table, increment_at
 from benchmarks.services import SCHEMA, ensure_pg, environ, mysql_exec, spark_connect
 from benchmarks.sync_cli import SyncEnv
 
@@ -156,7 +156,7 @@ def run(ctx: Ctx) -> Report:
                             secs, _, cpu = timed_cli(sync, args, timeout)
                             times[tree].setdefault(key, []).append(secs)
                             times[tree].setdefault(f"{key}_cpu", []).append(cpu)
-                        at = (datetime.now(UTC) - timedelta(minutes=30)).replace(tzinfo=None)
+                        at = increment_at()
                         add_decimal_rows(ctx.mysql, table, next_id, n, at)
                         next_id += n
                         c0 = children_cpu()
@@ -177,7 +177,7 @@ def run(ctx: Ctx) -> Report:
                 with environ(PYTHONPATH=trees[-1]):
                     for what in ("increment", "unchanged"):
                         if what == "increment":
-                            at = (datetime.now(UTC) - timedelta(minutes=30)).replace(tzinfo=None)
+                            at = increment_at()
                             add_decimal_rows(ctx.mysql, table, next_id, n, at)
                             next_id += n
                         profile(sync, Path(ctx.args.small_profile), what, name)
@@ -198,7 +198,7 @@ def served_turn(ctx: Ctx, sync: SyncEnv, state: Path, tree: str, table: str, nex
         secs, _, cpu = timed_cli(sync, ("sync", "--no-progress", "-t", name), timeout)
         times.setdefault("sync_unchanged_served", []).append(secs)
         times.setdefault("sync_unchanged_served_cpu", []).append(cpu)
-        at = (datetime.now(UTC) - timedelta(minutes=30)).replace(tzinfo=None)
+        at = increment_at()
         add_decimal_rows(ctx.mysql, table, next_id, ctx.args.increment, at)
         c0 = children_cpu()
         res = sync.sync([name], timeout=timeout)
