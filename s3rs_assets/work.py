@@ -13,7 +13,9 @@ and the watermark edits, and each fact comes from where it lives (DESIGN.md):
   it is rewritten from it (`mirror_ledger`);
 * **lost files** — an unloaded manifest file that is no longer in S3 (`s3clean --force`, a
   lifecycle rule) cannot be loaded: its partition is dropped from the record, so the next
-  backup reads its rows from MySQL again. What S3 holds is the truth for "extracted".
+  backup reads its rows from MySQL again. What S3 holds is the truth for "extracted";
+  "unloaded" is the ledger's, for `--backup-only` too when a warehouse is configured and
+  answers (else the record's load mirror).
 
 The warehouse and S3 are asked once per table and sync, not per partition.
 """
@@ -28,6 +30,7 @@ from typing import Any
 
 from s3rs_assets.backup import Scan, close_empty, scan
 from s3rs_assets.config import TableConfig
+from s3rs_assets.errors import S3rsError
 from s3rs_assets.load import ledger_versions
 from s3rs_assets.partitions import partition_keys, time_windows, windows
 from s3rs_assets.source import check_clock, describe, safety_bound
@@ -246,6 +249,17 @@ def mirror_ledger(
     return store.update(table, change).record
 
 
+def _ledger_if_any(warehouse: Any, table: TableConfig) -> Loaded | None:
+    """The ledger's file versions for a --backup-only sync, None without a warehouse or when
+    it cannot be reached (a backup does not need it: the record's load mirror stands in)."""
+    if warehouse is None:
+        return None
+    try:
+        return ledger_versions(warehouse, table.target_schema, table.target_table)
+    except S3rsError:
+        return None
+
+
 def prepare(
     table: TableConfig,
     mysql: Any,
@@ -286,13 +300,19 @@ def prepare(
                 record = forget_lost(store, table.name, lost)
             record = mirror_ledger(store, table.name, record, loaded)
         elif record is not None:
-            # --backup-only asks no warehouse: the record's load mirror says which files wait
-            # to be loaded. One it wrongly calls unloaded is only read again (the ledger skips
-            # an unchanged version); one deleted by `s3clean --force` is the only copy of its
-            # rows, so its partition is read again now, not at the next full sync.
-            lost = lost_files(s3, table, unloaded(record, mirrored(record)))
+            # --backup-only: a file that waits to be loaded and was deleted (`s3clean
+            # --force`) is the only copy of its rows, so its partition is read again now,
+            # not at the next full sync. Which files wait is the ledger's to say (a target
+            # dropped and re-created holds none of them, whatever the record's load mirror
+            # says); without a warehouse to ask, the mirror (one it wrongly calls unloaded
+            # is only read again: the ledger skips an unchanged version).
+            truth = _ledger_if_any(warehouse, table)
+            waiting = unloaded(record, mirrored(record) if truth is None else truth)
+            lost = lost_files(s3, table, waiting)
             if lost:
                 record = forget_lost(store, table.name, lost)
+            if truth is not None:
+                record = mirror_ledger(store, table.name, record, truth)
         if conn is not None:
             found = scan(conn, src, record, windows(time_windows(table)), bound)
     if found.empty:

@@ -146,6 +146,36 @@ def test_files_of_an_emptied_target_deleted_by_force_are_read_again_by_a_backup(
     assert w.warehouse_rows() == w.mysql_rows() and len(w.mysql_rows()) == 30
 
 
+def test_a_recreated_target_s_deleted_files_are_read_again_by_a_backup(world, monkeypatch):
+    """Found by the state machine (stop 27, example 49): every file loaded, `s3clean
+    --force` deletes them (the ledger had them: safe then), then the target is dropped and
+    re-created empty. `sync --backup-only` took the record's load mirror (every file
+    loaded) for the truth and read nothing: the rows were in neither S3 nor the warehouse.
+    It now asks the ledger when there is a warehouse; with the warehouse unreachable it
+    still backs up (the mirror stands in) and exits 0."""
+    w = _thirty(world)
+    assert sync(w).exit_code == 0
+    r = invoke("s3clean", "clean", "-t", w.name, "--force")
+    assert r.exit_code == 0, r.output
+    assert not w.objects()
+    w.drop_target()
+    w.target_sql("CREATE TABLE {t} (id BIGINT PRIMARY KEY)")  # a restore's empty table
+    with monkeypatch.context() as m:  # the warehouse down: nothing to learn, backup goes on
+        m.setenv("S3RS_REDSHIFT_URL", f"postgresql://postgres:@127.0.0.1:{free_port()}/{w.db}")
+        r = sync(w, "--backup-only")
+        assert r.exit_code == 0, r.output
+        assert not w.objects(), "the mirror says loaded: nothing read without the ledger"
+    r = sync(w, "--backup-only")
+    assert r.exit_code == 0, r.output
+    there = w.objects()
+    keys = [f.key for p in w.record().partitions.values() for f in p.files
+            if there.get(f.key) == f.md5]
+    assert {i for i, _ in w.file_rows(keys)} == set(w.mysql_rows()), r.output
+    w.drop_target()
+    assert sync(w).exit_code == 0
+    assert w.warehouse_rows() == w.mysql_rows() and len(w.mysql_rows()) == 30
+
+
 # ------------------------------------------------------------------------------ item 3
 
 

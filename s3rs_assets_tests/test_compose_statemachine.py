@@ -678,3 +678,17 @@ def test_example_a_held_plan_whose_run_fails_its_check_is_made_again(world, monk
         m.assert_nothing_unloaded()
     finally:
         m.teardown()
+
+
+def test_example_backup_only_after_s3clean_force_and_a_recreated_target(world, monkeypatch):
+    """Found by the state machine (example 49 of a run on main, stop 27): every file was
+    loaded, `s3clean --force` deleted them, then the target was dropped and re-created
+    empty; `sync --backup-only` decided from the record's load mirror (every file loaded)
+    that nothing was lost, and exited 0 with the rows in neither S3 nor the warehouse."""
+    replay(world, monkeypatch, [
+        ("start", {"n": 11, "stamps": 4}),
+        ("sync_both", {}),
+        ("s3clean_force", {}),
+        ("damage_target", {"how": "drop_recreate"}),
+        ("sync_backup_only", {}),
+    ])

@@ -174,3 +174,56 @@ def test_position_tokens_are_deterministic_and_key_safe():
     odd = position_token(Position(c=datetime(2025, 1, 2), pk=["a/b/../c"]))
     assert "/" not in odd and ".." not in odd
     assert odd == position_token(Position(c=datetime(2025, 1, 2), pk=["a/b/../c"]))
+
+
+def test_sub_range_reads_walk_the_cursor_index(ties_table):
+    """Half the table per sub-range: without the hint MariaDB may scan the whole table for
+    each (a read would cost the table, not its rows); the read's FROM holds it to the
+    cursor index, and reads the same rows."""
+    from s3rs_assets.backup.extract import connectorx_select
+
+    conn, src = ties_table
+    assert src.cursor_index == "update_at"
+    plan = plan_chunk(conn, src, Position(c=DAY), UPPER, 10_000, 2)
+    assert plan is not None and len(plan.ranges) == 2
+    with conn.cursor() as cur:
+        for r in plan.ranges:
+            pred = r.predicate(src.keys)
+            hinted = connectorx_select(src) + pred
+            assert f"FORCE INDEX (`{src.cursor_index}`)" in hinted
+            cur.execute("EXPLAIN " + hinted)
+            cols = [d[0] for d in cur.description]
+            row = dict(zip(cols, cur.fetchone(), strict=True))
+            assert (row["type"], row["key"]) == ("range", "update_at"), row
+            cur.execute(f"SELECT id FROM {src.read_from} WHERE {pred}")
+            with_hint = sorted(x[0] for x in cur.fetchall())
+            cur.execute(f"SELECT id FROM {src.qualified} WHERE {pred}")
+            assert with_hint == sorted(x[0] for x in cur.fetchall())
+            assert len(with_hint) == r.rows
+
+
+def test_the_cursor_index_is_the_narrowest_plain_one(mysql_db):
+    from s3rs_assets.source.table import cursor_index
+
+    idx = [("PRIMARY", 1, "id"), ("wide", 1, "update_at"), ("wide", 2, "amount"),
+           ("narrow", 1, "Update_At"), ("odd-name", 1, "update_at"), ("other", 1, "note")]
+    assert cursor_index(idx, "update_at") == "narrow"
+    assert cursor_index([("odd-name", 1, "update_at")], "update_at") is None  # no hint
+    assert cursor_index([("other", 1, "note")], "update_at") is None
+    # the cursor leading the primary key: FORCE INDEX (`PRIMARY`) is valid SQL
+    import pymysql
+
+    conn = pymysql.connect(host="127.0.0.1", user="root", database=mysql_db, autocommit=True)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("DROP TABLE IF EXISTS pk_cursor")
+            cur.execute("CREATE TABLE pk_cursor (update_at DATETIME(6) NOT NULL, id INT NOT NULL,"
+                        " PRIMARY KEY (update_at, id))")
+            cur.execute("INSERT INTO pk_cursor VALUES ('2025-03-04 01:00:00', 1)")
+        src = describe(conn, table_cfg(mysql_db, "pk_cursor", primary_key=["id"]))
+        assert src.cursor_index == "PRIMARY" and src.cursor_indexed
+        with conn.cursor() as cur:
+            cur.execute(f"SELECT id FROM {src.read_from} WHERE update_at >= '2025-03-04'")
+            assert cur.fetchall() == ((1,),)
+    finally:
+        conn.close()

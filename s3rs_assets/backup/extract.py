@@ -129,10 +129,7 @@ class Extractor:
                 predicates=tuple(predicates),
                 source_url=self.mysql.connectorx_url(),
                 session_setup=tuple(self.mysql.session_setup()),
-                select=(
-                    f"SELECT {self.src.select_list('connectorx')} "
-                    f"FROM {self.src.qualified} WHERE "
-                ),
+                select=connectorx_select(self.src),
                 unscaled=tuple(c.name for c in self.src.columns if reads_unscaled(c)),
             )
             # a task reads several small items with one S3 client when there are many
@@ -191,6 +188,11 @@ class Extractor:
             return
         with ThreadPoolExecutor(max_workers=min(8, len(files))) as pool:
             list(pool.map(check, files))
+
+
+def connectorx_select(src: SourceTable) -> str:
+    """A connectorx task's query up to its sub-range's predicate (`SourceTable.read_from`)."""
+    return f"SELECT {src.select_list('connectorx')} FROM {src.read_from} WHERE "
 
 
 def session_time_zones(session: Any) -> tuple[str | None, str | None]:

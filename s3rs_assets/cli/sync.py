@@ -14,6 +14,7 @@ With several tables, 1 wins over 2."""
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import threading
 import uuid
@@ -143,7 +144,9 @@ def _prepare(table: TableConfig, stages: tuple[str, ...], store: Any, s3: Any) -
     """work.prepare with a MySQL connection of this table's own (closed afterwards): the
     ledger's answer, the probes, the closing of empty stretches and the plans."""
     mysql = mysql_from_env() if "backup" in stages else None
-    warehouse = warehouse_from_env() if "load" in stages else None
+    # --backup-only asks the ledger too when there is a warehouse (work.prepare: lost files)
+    wanted = "load" in stages or bool(os.environ.get("S3RS_REDSHIFT_URL"))
+    warehouse = warehouse_from_env() if wanted else None
     return work.prepare(table, mysql, warehouse, s3, store, stages)
 
 
