@@ -123,6 +123,16 @@ def test_an_emptied_or_dropped_target_is_not_in_sync(world, damage, flags):
     assert w.warehouse_rows() == w.mysql_rows() and len(w.mysql_rows()) == 30
 
 
+def _backup_only_reads_every_row(w: World) -> None:
+    """`sync --backup-only` exits 0 with every MySQL row in a manifest file S3 holds."""
+    r = sync(w, "--backup-only")
+    assert r.exit_code == 0, r.output
+    there = w.objects()
+    keys = [f.key for p in w.record().partitions.values() for f in p.files
+            if there.get(f.key) == f.md5]
+    assert {i for i, _ in w.file_rows(keys)} == set(w.mysql_rows()), r.output
+
+
 def test_files_of_an_emptied_target_deleted_by_force_are_read_again_by_a_backup(world):
     """Found by the state machine (stop 25): sync, TRUNCATE the target, `s3clean --force`
     (the ledger calls every file unloaded: all deleted), then `sync --backup-only`, which
@@ -136,12 +146,7 @@ def test_files_of_an_emptied_target_deleted_by_force_are_read_again_by_a_backup(
     r = invoke("s3clean", "clean", "-t", w.name, "--force")
     assert r.exit_code == 0, r.output
     assert not w.objects()
-    r = sync(w, "--backup-only")
-    assert r.exit_code == 0, r.output
-    there = w.objects()
-    keys = [f.key for p in w.record().partitions.values() for f in p.files
-            if there.get(f.key) == f.md5]
-    assert {i for i, _ in w.file_rows(keys)} == set(w.mysql_rows()), r.output
+    _backup_only_reads_every_row(w)
     assert sync(w).exit_code == 0
     assert w.warehouse_rows() == w.mysql_rows() and len(w.mysql_rows()) == 30
 
@@ -165,12 +170,7 @@ def test_a_recreated_target_s_deleted_files_are_read_again_by_a_backup(world, mo
         r = sync(w, "--backup-only")
         assert r.exit_code == 0, r.output
         assert not w.objects(), "the mirror says loaded: nothing read without the ledger"
-    r = sync(w, "--backup-only")
-    assert r.exit_code == 0, r.output
-    there = w.objects()
-    keys = [f.key for p in w.record().partitions.values() for f in p.files
-            if there.get(f.key) == f.md5]
-    assert {i for i, _ in w.file_rows(keys)} == set(w.mysql_rows()), r.output
+    _backup_only_reads_every_row(w)
     w.drop_target()
     assert sync(w).exit_code == 0
     assert w.warehouse_rows() == w.mysql_rows() and len(w.mysql_rows()) == 30

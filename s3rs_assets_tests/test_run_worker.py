@@ -171,7 +171,7 @@ def test_a_table_job_unlike_the_planned_one_is_never_used(tmp_path, monkeypatch,
     run = create_run(instance, location, _sensor_request(instance))
     real = table_job.resources_from_env
     extra = {"extra": dg.ResourceDefinition.none_resource()}
-    monkeypatch.setattr(table_job, "resources_from_env", lambda: {**real(), **extra})
+    monkeypatch.setattr(table_job, "resources_from_env", lambda **kw: {**real(**kw), **extra})
     events = _worker(instance, run)
     texts = _texts(events)
     differs = f"{TABLE}'s job differs from the one the run was planned with"
