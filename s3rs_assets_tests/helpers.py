@@ -130,20 +130,25 @@ def list_keys(s3_client, bucket: str, prefix: str) -> list[str]:
 
 def sync(cfg: TableConfig, res: dict, *, partition: str | None = None, start: str | None = None,
          end: str | None = None, instance=None, stages: tuple[str, ...] = ("s3_parquet",
-         "redshift_table"), raise_on_error: bool = True):
-    """Materialize both stages (or `stages`) of `cfg` in this process."""
+         "redshift_table"), raise_on_error: bool = True, reconcile_check: bool = True):
+    """Materialize both stages (or `stages`) of `cfg` in this process; without
+    `reconcile_check`, as `s3rs sync`'s jobs do (SYNC_CHECKS: no `reconciled` check)."""
     import dagster as dg
 
     from s3rs_assets.assets import build_table_assets
+    from s3rs_assets.checks import reconcile_check_key
     from s3rs_assets.names import asset_key
 
+    selection = dg.AssetSelection.assets(*[asset_key(cfg, s) for s in stages])
+    if not reconcile_check:
+        selection = selection - dg.AssetSelection.checks(reconcile_check_key(cfg))
     tags = None
     if start is not None:
         tags = {"dagster/asset_partition_range_start": start,
                 "dagster/asset_partition_range_end": end or start}
     return dg.materialize(
         build_table_assets(cfg),
-        selection=[asset_key(cfg, s) for s in stages],
+        selection=selection,
         resources=res,
         partition_key=partition,
         tags=tags,
