@@ -12,6 +12,8 @@ retried *where it happens*, a bounded number of times with exponential backoff (
   flight is read twice, nothing else;
 * a warehouse load transaction: rolled back and run again (the load ledger in the same
   transaction makes it exactly once).
+* a reconcile pass's reads (reconcile/run.py, reconcile/diff.py): run again on a new
+  connection of the same side.
 
 S3 requests are not retried here: botocore does that (standard mode, see
 `resources.S3Resource` and `spark_tasks.s3_client`); one layer per call, never stacked.

@@ -276,9 +276,8 @@ def test_sync_survives_killed_connections(mysql_db, mysql_conn, mysql_url, pg_ur
     killer.start()
     try:
         with dg.instance_for_test() as instance:
-            # as `s3rs sync` runs it: the `reconciled` check (a UI/schedule check, not a sync
-            # step) reads MySQL too and does not retry; faster backups now reach it while
-            # connections are still being killed
+            # as `s3rs sync` runs it: without the `reconciled` check (a UI/schedule check,
+            # not a sync step; its own retries: test_reconcile_retry.py)
             result = sync(cfg, res, partition=f"{DAY:%Y-%m-%d}", instance=instance,
                           reconcile_check=False)
     finally:

@@ -17,6 +17,10 @@ Only counts and sums cross the network until step 3, which moves at most `thresh
 per leaf and side; at most `2 * workers` leaves are in flight, so memory follows the
 threshold and the number of differences, not the table. Each side has its own pool of
 `workers` connections (threads: the databases do the work).
+
+Every query only reads, so a transient error (a killed connection, a failover: retry.py)
+closes that connection and runs the same query again on a new one, a bounded number of
+times, counted in `Differ.retries`.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from s3rs_assets.reconcile.keys import Segment, Split, split
 from s3rs_assets.reconcile.sql import Query, TableSQL
+from s3rs_assets.retry import MYSQL_BACKOFF, Retries, call, is_transient
 
 if TYPE_CHECKING:  # any object with their connect(): connections.py's connectors too
     from s3rs_assets.resources import MySQLResource
@@ -106,6 +111,7 @@ class _Pool:
 
     @contextmanager
     def conn(self) -> Iterator[Any]:
+        """A connection for one query; one a transient error broke is closed, not reused."""
         with self._lock:
             c = self._free.pop() if self._free else None
         if c is None:
@@ -114,9 +120,18 @@ class _Pool:
                 self._all.append(c)
         try:
             yield c
-        finally:
+        except BaseException as e:
+            if not (isinstance(e, Exception) and is_transient(e)):
+                with self._lock:
+                    self._free.append(c)
+                raise
             with self._lock:
-                self._free.append(c)
+                self._all.remove(c)
+            with suppress(Exception):
+                c.close()
+            raise
+        with self._lock:
+            self._free.append(c)
 
     def close(self) -> None:
         for c in self._all:
@@ -137,8 +152,12 @@ class Differ:
         *,
         threshold: int = 256,
         workers: int = 2,
+        retries: Retries | None = None,
+        log: Callable[[str], None] | None = None,
     ):
         self.msql, self.wsql, self.bound = msql, wsql, bound
+        self.retries = retries if retries is not None else Retries()
+        self._log = log
         self.threshold = max(1, threshold)
         self.workers = max(1, workers)
         self._mysql = _Pool(mysql.connect, self.workers)
@@ -149,15 +168,23 @@ class Differ:
     # ---------------------------------------------------------------- execution
 
     def _mysql_query(self, q: Query) -> list[tuple]:
-        with self._mysql.conn() as conn, conn.cursor() as cur:
-            cur.execute(q[0], tuple(q[1]))
-            rows = cur.fetchall()
-        self._tick()
-        return list(rows)
+        def attempt() -> list[tuple]:
+            with self._mysql.conn() as conn, conn.cursor() as cur:
+                cur.execute(q[0], tuple(q[1]))
+                return list(cur.fetchall())
+
+        return self._retried("reconcile: a MySQL checksum", attempt)
 
     def _warehouse_query(self, q: Query) -> list[tuple]:
-        with self._warehouse.conn() as conn:
-            rows = conn.query(q[0], q[1])
+        def attempt() -> list[tuple]:
+            with self._warehouse.conn() as conn:
+                return conn.query(q[0], q[1])
+
+        return self._retried("reconcile: a warehouse checksum", attempt)
+
+    def _retried(self, what: str, attempt: Callable[[], list[tuple]]) -> list[tuple]:
+        rows = call(attempt, what=what, retries=self.retries, backoff=MYSQL_BACKOFF,
+                    log=self._log)
         self._tick()
         return rows
 

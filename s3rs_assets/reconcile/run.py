@@ -5,6 +5,11 @@ call.
 Bad input changes nothing: the table, options, MySQL table and warehouse target are all
 checked before the first write (a `ConfigError`, exit 2).
 
+Its MySQL reads (the description, the safety bound, the diff's checksums) are run again on a
+new connection after a transient error (a killed connection, a failover: retry.py), like a
+sync's; the retries are counted in the report's notes. The repair's writes are not retried
+here: a failed `--apply` is finished by the next one (`RepairIncomplete`).
+
 A pass without `apply` only reads: it writes nothing anywhere (no S3 object, no watermark
 record, no warehouse statement other than SELECT). It reads the primary watermark record
 as it is, without the store's recovery (which would write), only to tell of a pending
@@ -18,7 +23,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -43,6 +48,7 @@ from s3rs_assets.reconcile.sql import (
     add_deleted_at_sql,
     first_key_is_integer,
 )
+from s3rs_assets.retry import MYSQL_BACKOFF, Retries, call
 from s3rs_assets.source import describe, safety_bound
 from s3rs_assets.watermark import ReconcileRepair, ReconcileState, WatermarkRecord, utcnow
 from s3rs_assets.watermark.store import WatermarkStore
@@ -58,6 +64,7 @@ __all__ = ["REPORT_VERSION", "ReconcileOptions", "ReconcileReport", "RepairIncom
 _BACKGROUND = ThreadPoolExecutor(2, thread_name_prefix="s3rs-rc-peek")
 #: loaded repair files the record keeps
 REPAIRS_KEPT = 50
+T = TypeVar("T")
 
 
 class RepairIncomplete(S3rsError):
@@ -104,10 +111,11 @@ def reconcile_table(
     options.check(table.name)
     p: _Pass | None = None
     peek: Future | None = None
+    retries = Retries()
     try:
         if not options.apply:  # the record only tells of a pending repair: read it meanwhile
             peek = _BACKGROUND.submit(_peek_record, s3, table.name)
-        p = _validate(table, mysql, warehouse, store, options)
+        p = _validate(table, mysql, warehouse, store, options, retries, say)
         p.timings["validate"] = time.monotonic() - t0
         if peek is not None:
             report, _ = _diff(p, mysql, options, [], say)
@@ -162,6 +170,7 @@ class _Pass:
     record: WatermarkRecord | None
     soft_col: bool  # the warehouse table has DELETED_AT
     date_cursor: bool  # the bound is rounded down to whole days
+    retries: Retries  # transient errors of its reads, run again (retry.py)
     timings: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     wrote: bool = False  # the pass has begun to write (S3, the record or the warehouse)
@@ -179,16 +188,31 @@ class _Pass:
             self.soft_col = True
 
 
+def _read(
+    mysql: MySQLResource, what: str, read: Callable[[Any], T], retries: Retries,
+    say: Callable[[str], None],
+) -> T:
+    """`read(conn)` on a new MySQL connection, run again on another after a transient
+    error (retry.py): these reads change nothing, so running one twice is harmless."""
+
+    def attempt() -> T:
+        with mysql.connect() as conn:
+            return read(conn)
+
+    return call(attempt, what=what, retries=retries, backoff=MYSQL_BACKOFF, log=say)
+
+
 def _validate(
     table: TableConfig,
     mysql: MySQLResource,
     warehouse: WarehouseResource,
     store: WatermarkStore | None,
     options: ReconcileOptions,
+    retries: Retries,
+    say: Callable[[str], None],
 ) -> _Pass:
     """Everything a pass needs, or a ConfigError naming what is missing (nothing changed)."""
-    with mysql.connect() as conn:
-        src = describe(conn, table)
+    src = _read(mysql, f"{table.name}: describe", lambda c: describe(c, table), retries, say)
     target = LoadTarget.from_table_config(table, src.columns, src.primary_key)
     integer_key = first_key_is_integer(target)
     if (options.from_key is not None or options.to_key is not None) and not integer_key:
@@ -223,7 +247,8 @@ def _validate(
         )
     soft_col = _fold(DELETED_AT, warehouse.dialect) in have
     return _Pass(
-        table, warehouse, store, target, integer_key, record, soft_col, src.cursor_is_date
+        table, warehouse, store, target, integer_key, record, soft_col, src.cursor_is_date,
+        retries,
     )
 
 
@@ -289,19 +314,28 @@ def _diff(
     """Checksums by key range on both sides, bisected down to the differing rows."""
     t1 = time.monotonic()
     table, target = p.table, p.target
-    with mysql.connect() as conn:
-        bound = safety_bound(conn, table.lag, whole_days=p.date_cursor).upper
+    bound = _read(
+        mysql, f"{table.name}: safety bound",
+        lambda c: safety_bound(c, table.lag, whole_days=p.date_cursor).upper, p.retries, say,
+    )
     mside = TableSQL("mysql", table.schema, table.table, target, options.columns)
     wside = TableSQL(
         p.warehouse.dialect, target.schema, target.table, target, options.columns, p.soft_col
     )
     differ = Differ(
         mysql, p.warehouse, mside, wside, bound, threshold=options.threshold,
-        workers=options.workers,
+        workers=options.workers, retries=p.retries, log=say,
     )
     start = root(p.integer_key, differ.bounds() if p.integer_key else None)
     start = restrict(start, options.from_key, options.to_key)
-    diff = differ.run(start, _estimate_rows(mysql, table))
+    estimate = _read(mysql, f"{table.name}: row estimate", lambda c: _estimate_rows(c, table),
+                     p.retries, say)
+    diff = differ.run(start, estimate)
+    if p.retries.total:
+        p.notes.append(
+            f"{p.retries.total} read(s) retried after a transient error: "
+            + ", ".join(f"{n} {k}" for k, n in sorted(p.retries.by_kind.items()))
+        )
     p.timings["diff"] = time.monotonic() - t1
     say(
         f"{table.name}: {diff.mysql_rows:,} MySQL rows and {diff.warehouse_rows:,} warehouse "
@@ -382,9 +416,9 @@ def _add_deleted_at(warehouse: WarehouseResource, target: LoadTarget) -> None:
         conn.execute(add_deleted_at_sql(target))
 
 
-def _estimate_rows(mysql: MySQLResource, table: TableConfig) -> int:
+def _estimate_rows(conn: Any, table: TableConfig) -> int:
     """InnoDB's row estimate (free): it only sizes the first split."""
-    with mysql.connect() as conn, conn.cursor() as cur:
+    with conn.cursor() as cur:
         cur.execute(
             "SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s "
             "AND TABLE_NAME = %s",
