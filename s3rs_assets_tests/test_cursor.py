@@ -180,7 +180,7 @@ def test_sub_range_reads_walk_the_cursor_index(ties_table):
     """Half the table per sub-range: without the hint MariaDB may scan the whole table for
     each (a read would cost the table, not its rows); the read's FROM holds it to the
     cursor index, and reads the same rows."""
-    from s3rs_assets.backup.extract import connectorx_select
+    from s3rs_assets.backup.extract import connectorx_select, jdbc_subquery
 
     conn, src = ties_table
     assert src.cursor_index == "update_at"
@@ -191,10 +191,13 @@ def test_sub_range_reads_walk_the_cursor_index(ties_table):
             pred = r.predicate(src.keys)
             hinted = connectorx_select(src) + pred
             assert f"FORCE INDEX (`{src.cursor_index}`)" in hinted
-            cur.execute("EXPLAIN " + hinted)
-            cols = [d[0] for d in cur.description]
-            row = dict(zip(cols, cur.fetchone(), strict=True))
-            assert (row["type"], row["key"]) == ("range", "update_at"), row
+            # the JDBC reader's form: Spark's predicate around the derived table
+            jdbc = f"SELECT * FROM {jdbc_subquery(src)} WHERE {pred}"
+            for query in (hinted, jdbc):
+                cur.execute("EXPLAIN " + query)
+                cols = [d[0] for d in cur.description]
+                rows = [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+                assert [(r["type"], r["key"]) for r in rows] == [("range", "update_at")], rows
             cur.execute(f"SELECT id FROM {src.read_from} WHERE {pred}")
             with_hint = sorted(x[0] for x in cur.fetchall())
             cur.execute(f"SELECT id FROM {src.qualified} WHERE {pred}")

@@ -149,9 +149,9 @@ class Extractor:
         else:
             props = dict(self.mysql.jdbc_properties())
             props["fetchsize"] = str(FETCH_SIZE)
-            subquery = f"(SELECT {self.src.select_list()} FROM {self.src.qualified}) AS s3rs_src"
             df = self.spark.read.jdbc(
-                self.mysql.jdbc_url(), subquery, predicates=predicates, properties=props
+                self.mysql.jdbc_url(), jdbc_subquery(self.src), predicates=predicates,
+                properties=props,
             )
             out = _spark_manifest_schema(spec.cursor_date)
             manifest = df.mapInArrow(jdbc_task(spec), out).collect()
@@ -193,6 +193,13 @@ class Extractor:
 def connectorx_select(src: SourceTable) -> str:
     """A connectorx task's query up to its sub-range's predicate (`SourceTable.read_from`)."""
     return f"SELECT {src.select_list('connectorx')} FROM {src.read_from} WHERE "
+
+
+def jdbc_subquery(src: SourceTable) -> str:
+    """The JDBC reader's table: Spark adds each sub-range's predicate around it (`SELECT ...
+    FROM (this) WHERE predicate`); MariaDB merges the derived table into that query, and
+    the hint inside (`SourceTable.read_from`) holds the merged read to the cursor index."""
+    return f"(SELECT {src.select_list()} FROM {src.read_from}) AS s3rs_src"
 
 
 def session_time_zones(session: Any) -> tuple[str | None, str | None]:
