@@ -333,8 +333,17 @@ def mysql_from_env() -> MySQLConnector:
     return MySQLConnector(url=url)
 
 
+WAREHOUSE_URL_ENV = "S3RS_REDSHIFT_URL"
+
+
+def warehouse_configured() -> bool:
+    """A warehouse is configured (`--backup-only` then asks its ledger which files are
+    loaded: work.prepare)."""
+    return bool(os.environ.get(WAREHOUSE_URL_ENV))
+
+
 def warehouse_from_env() -> WarehouseConnector:
-    url = os.environ.get("S3RS_REDSHIFT_URL")
+    url = os.environ.get(WAREHOUSE_URL_ENV)
     if not url:
         raise ConfigError(
             "S3RS_REDSHIFT_URL is not set (redshift://... or postgresql://user:password@host/db)"

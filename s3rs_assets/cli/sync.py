@@ -14,7 +14,6 @@ With several tables, 1 wins over 2."""
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import threading
 import uuid
@@ -35,7 +34,7 @@ from s3rs_assets.cli.common import (
     friendly_errors,
 )
 from s3rs_assets.config import TableConfig
-from s3rs_assets.connections import mysql_from_env, warehouse_from_env
+from s3rs_assets.connections import mysql_from_env, warehouse_configured, warehouse_from_env
 from s3rs_assets.errors import S3rsError
 from s3rs_assets.watermark.edits import fmt as _fmt
 
@@ -145,7 +144,7 @@ def _prepare(table: TableConfig, stages: tuple[str, ...], store: Any, s3: Any) -
     ledger's answer, the probes, the closing of empty stretches and the plans."""
     mysql = mysql_from_env() if "backup" in stages else None
     # --backup-only asks the ledger too when there is a warehouse (work.prepare: lost files)
-    wanted = "load" in stages or bool(os.environ.get("S3RS_REDSHIFT_URL"))
+    wanted = "load" in stages or warehouse_configured()
     warehouse = warehouse_from_env() if wanted else None
     return work.prepare(table, mysql, warehouse, s3, store, stages)
 
