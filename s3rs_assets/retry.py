@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import random
 import re
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -164,6 +165,18 @@ class Retries:
 
     def metadata(self) -> dict[str, Any]:
         return {"total": self.total, "by_kind": dict(self.by_kind), "recent": self.recent}
+
+
+class SharedRetries(Retries):
+    """`Retries` counted from several threads at once (a reconcile pass's query threads)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+
+    def add(self, what: str, error_kind: str) -> None:
+        with self._lock:
+            super().add(what, error_kind)
 
 
 def call(

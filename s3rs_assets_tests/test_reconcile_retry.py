@@ -4,6 +4,7 @@ on new connections, like a sync's (retry.py), and the retries are in the report'
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import psycopg
@@ -27,14 +28,16 @@ class KilledMySQL:
     def __init__(self, inner: Any, every: int = 2):
         self.inner, self.every, self.opened, self.killed = inner, every, 0, 0
         self.killer = pymysql.connect(host="127.0.0.1", port=3306, user="root", autocommit=True)
+        self.lock = threading.Lock()  # the diff opens connections from its query threads
 
     def connect(self) -> Any:
         conn = self.inner.connect()
-        self.opened += 1
-        if (self.opened - 1) % self.every == 0:
-            with self.killer.cursor() as cur:
-                cur.execute(f"KILL {int(conn.thread_id())}")
-            self.killed += 1
+        with self.lock:
+            self.opened += 1
+            if (self.opened - 1) % self.every == 0:
+                with self.killer.cursor() as cur:
+                    cur.execute(f"KILL {int(conn.thread_id())}")
+                self.killed += 1
         return conn
 
 
@@ -45,17 +48,19 @@ class KilledWarehouse:
     def __init__(self, inner: Any, pg_url: str):
         self.inner, self.opened, self.killed = inner, 0, 0
         self.killer = psycopg.connect(pg_url, autocommit=True)
+        self.lock = threading.Lock()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
     def connect(self, **kw: Any) -> Any:
         conn = self.inner.connect(**kw)
-        self.opened += 1
-        if self.opened % 2:
-            pid = conn.query("SELECT pg_backend_pid()")[0][0]
-            self.killer.execute("SELECT pg_terminate_backend(%s)", (pid,))
-            self.killed += 1
+        with self.lock:
+            self.opened += 1
+            if self.opened % 2:
+                pid = conn.query("SELECT pg_backend_pid()")[0][0]
+                self.killer.execute("SELECT pg_terminate_backend(%s)", (pid,))
+                self.killed += 1
         return conn
 
 

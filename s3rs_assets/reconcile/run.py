@@ -48,7 +48,7 @@ from s3rs_assets.reconcile.sql import (
     add_deleted_at_sql,
     first_key_is_integer,
 )
-from s3rs_assets.retry import MYSQL_BACKOFF, Retries, call
+from s3rs_assets.retry import MYSQL_BACKOFF, Retries, SharedRetries, call
 from s3rs_assets.source import describe, safety_bound
 from s3rs_assets.watermark import ReconcileRepair, ReconcileState, WatermarkRecord, utcnow
 from s3rs_assets.watermark.store import WatermarkStore
@@ -111,7 +111,7 @@ def reconcile_table(
     options.check(table.name)
     p: _Pass | None = None
     peek: Future | None = None
-    retries = Retries()
+    retries = SharedRetries()  # the diff's query threads count into it
     try:
         if not options.apply:  # the record only tells of a pending repair: read it meanwhile
             peek = _BACKGROUND.submit(_peek_record, s3, table.name)
