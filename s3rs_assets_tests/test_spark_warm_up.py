@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from s3rs_assets import resources, spark_tasks
+from s3rs_assets import spark_session, spark_tasks
 
 #: modules a warm worker holds (measured 915: pyspark's worker, pyarrow, connectorx,
 #: botocore, spark_tasks); with the warm-up pickled from resources.py it was 2,264
@@ -19,7 +19,7 @@ HEAVY = ("dagster", "boto3", "s3transfer", "pymysql", "pydantic", "s3rs_assets.r
 
 
 def test_worker_imports_only_the_task_module(spark: Any) -> None:
-    thread = resources.warm_up(spark, background=True)
+    thread = spark_session.warm_up(spark, background=True)
     assert thread is not None
     thread.join(timeout=300)
     assert not thread.is_alive()
@@ -74,11 +74,11 @@ def test_background_warm_up_failure_is_logged_not_raised(
     def fail(session: Any, cores: int) -> None:
         raise RuntimeError("no workers today")
 
-    monkeypatch.setattr(resources, "_warm_job", fail)
+    monkeypatch.setattr(spark_session, "_warm_job", fail)
     with caplog.at_level(logging.WARNING, logger="s3rs.spark"):
-        thread = resources.warm_up(spark, background=True)
+        thread = spark_session.warm_up(spark, background=True)
         assert thread is not None
         thread.join(timeout=60)
     assert "Spark warm-up failed" in caplog.text and "no workers today" in caplog.text
     with pytest.raises(RuntimeError):  # the synchronous form (`s3rs spark serve`) raises
-        resources.warm_up(spark)
+        spark_session.warm_up(spark)

@@ -270,6 +270,7 @@ def _run_plans(
 
     checks_failed = False
     try:
+        _start_spark(table, prepared.plans)
         dagster = inst.get()
     except S3rsError as e:  # its configuration: nothing ran
         echo(f"{table.name}: error before any run: {e}", err=True, fg="red")
@@ -311,6 +312,21 @@ def _run_plans(
                 echo(f"{table.name}: --limit {limit:,} reached; the next sync resumes there")
                 return OK, 0, checks_failed
     return OK, budget, checks_failed
+
+
+def _start_spark(table: TableConfig, plans: list[Any]) -> None:
+    """Start the local Spark JVM and its warm-up now, in a background thread, when a run
+    will read rows (a backup stage): it then starts while this thread imports Dagster,
+    opens the instance and creates and starts the run, and the backup step takes it
+    (spark_session.start_early; once per process). A missing JDBC jar is a ConfigError
+    here, before any run."""
+    if not any(p.backup_keys if p.catchup else "backup" in p.stages for p in plans):
+        return
+    from s3rs_assets import spark_session
+
+    spark_session.start_early(
+        spark_session.config_from_env(), None, jdbc_reads=table.reader == "jdbc"
+    )
 
 
 def _report_timings(ctx: click.Context, table: TableConfig, result: Any, monitor: Any) -> None:
