@@ -150,7 +150,7 @@ def start_early(spark_config: dict[str, Any], jvm_tuning: str | None, jdbc_reads
     it started nothing. A missing JDBC jar raises ConfigError here, before any run; any
     other failure is raised by `take_early`, where the session would have been built."""
     global _EARLY
-    if spark_config.get("spark.remote"):
+    if spark_config.get("spark.remote") or _context_running():
         return False
     with _EARLY_LOCK:
         if _EARLY is not None:
@@ -181,19 +181,30 @@ def _start_in_background(
 
 
 def take_early() -> Any:
-    """The session `start_early` started (waiting for it), or None when none was. Its
-    failure is raised here, once: a later call (a retried step) starts afresh."""
+    """The session `start_early` started (waiting for it), or None when none was; its
+    failure raised. Taken once: a later caller (a retried step, the next run of a
+    long-lived process) builds or reuses the session as usual."""
     global _EARLY
     early = _EARLY
     if early is None:
         return None
     early.done.wait()
+    with _EARLY_LOCK:
+        if _EARLY is early:
+            _EARLY = None
     if early.error is not None:
-        with _EARLY_LOCK:
-            if _EARLY is early:
-                _EARLY = None
         raise early.error
     return early.session
+
+
+def _context_running() -> bool:
+    """This process has a SparkContext already (a test's, a previous run's): nothing to
+    start. Without PySpark imported there is none, and nothing is imported to ask."""
+    if "pyspark" not in sys.modules:
+        return False
+    from pyspark import SparkContext
+
+    return SparkContext._active_spark_context is not None
 
 
 def warm_up(
