@@ -260,6 +260,12 @@ def _run_plans(
     """Launch `prepared`'s runs in order, reading at most `budget` rows (what is left of
     --limit `limit`): (OK or the exit code of a run that failed, rows left of --limit (0
     when used up), whether a check failed)."""
+    checks_failed = False
+    try:
+        _start_spark(table, prepared.plans)  # before Dagster's import (progress, the instance)
+    except S3rsError as e:  # a missing JDBC jar: nothing ran
+        echo(f"{table.name}: error before any run: {e}", err=True, fg="red")
+        return UNUSABLE, budget, checks_failed
     from s3rs_assets import runner
     from s3rs_assets.progress import (
         SYNC_TAG,
@@ -268,9 +274,7 @@ def _run_plans(
         run_retries,
     )
 
-    checks_failed = False
     try:
-        _start_spark(table, prepared.plans)
         dagster = inst.get()
     except S3rsError as e:  # its configuration: nothing ran
         echo(f"{table.name}: error before any run: {e}", err=True, fg="red")
