@@ -24,6 +24,7 @@ from s3rs_assets.errors import ConfigError
 DEFAULT_JDBC_JARS = "/usr/share/java/mariadb-java-client.jar"
 UTC_JAVA_OPTION = "-Duser.timezone=UTC"
 WARM_UP_GROUP = "s3rs-warm-up"
+DAEMON_MODULE = "s3rs_assets.spark_daemon"
 _log = logging.getLogger("s3rs.spark")
 
 
@@ -48,6 +49,10 @@ def spark_defaults(master: str = "local[*]", jars: str = DEFAULT_JDBC_JARS) -> d
         # holding back the small ones.
         "spark.scheduler.mode": "FAIR",
     }
+    if master.startswith("local"):
+        # the Python workers are forked from a daemon that imported what a task imports
+        # (spark_daemon.py); a cluster's executors keep PySpark's own daemon
+        conf["spark.python.daemon.module"] = DAEMON_MODULE
     if jars:
         conf["spark.jars"] = jars
     return conf
