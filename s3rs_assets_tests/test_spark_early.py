@@ -101,12 +101,12 @@ def stack(tmp_path_factory, mysql_db, mysql_url, moto_endpoint):
 
 
 def _probe(stack: dict, *args: str, **env: str) -> tuple[dict, str]:
-    """What the probe saw of `s3rs args` in a new interpreter (fresh Dagster home), and its
-    output."""
+    """What the probe saw of `s3rs args` in a new interpreter (fresh Dagster home and S3
+    prefix: every sync finds the rows to read), and its output."""
     home = stack["tmp"].mktemp("dagster_home")
     p = subprocess.run(
         [sys.executable, "-c", _PROBE, *args],
-        env={**stack["env"], "DAGSTER_HOME": str(home), **env},
+        env={**stack["env"], "DAGSTER_HOME": str(home), "S3RS_S3_PREFIX": home.name, **env},
         capture_output=True,
         text=True,
         timeout=600,
@@ -180,7 +180,7 @@ def test_ctrl_c_during_the_early_start_leaves_no_jvm(stack):
     p = subprocess.Popen(
         [sys.executable, "-c", _PROBE, "sync", "--no-progress", "--backup-only", "-t",
          stack["name"]],
-        env={**stack["env"], "DAGSTER_HOME": str(home)},
+        env={**stack["env"], "DAGSTER_HOME": str(home), "S3RS_S3_PREFIX": home.name},
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         text=True,
