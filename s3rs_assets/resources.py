@@ -302,7 +302,7 @@ class SparkResource(LazyPySparkResource):
     spark_config: dict[str, Any] = Field(
         default_factory=spark_defaults,
         description="spark.* settings; spark.master (local[*], spark://...) or spark.remote "
-        "(sc://... Spark Connect). See s3rs_assets.resources.spark_defaults.",
+        "(sc://... Spark Connect). See s3rs_assets.spark_session.spark_defaults.",
     )
 
     jvm_tuning: str | None = Field(

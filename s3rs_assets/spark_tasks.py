@@ -283,7 +283,7 @@ def preload() -> None:
 
 
 def warm(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """The warm-up job's task (`resources.warm_up`): do in a fresh Python worker what a
+    """The warm-up job's task (`spark_session.warm_up`): do in a fresh Python worker what a
     chunk task does first, short of reading and uploading: import this module, connectorx,
     botocore with its S3 model, encode a one-row parquet file and build a manifest row
     (pyarrow converts datetimes through pandas, ~330 modules imported on first use).
