@@ -75,7 +75,7 @@ def spark_resource() -> SparkResource:
 
 def wait_warm_up() -> float:
     """Wait for the warm-up job `SparkResource` starts in the background with a new session
-    (`resources.warm_up`: Python workers started and imported into, the JVM's first job);
+    (`spark_session.warm_up`: Python workers started and imported into, the JVM's first job);
     the seconds waited."""
     t0 = time.perf_counter()
     for thread in threading.enumerate():

@@ -17,13 +17,8 @@ import dagster as dg
 from s3rs_assets.config import TableConfig
 from s3rs_assets.connections import mysql_from_env, s3_from_env, warehouse_from_env
 from s3rs_assets.io_manager import S3RSIOManager
-from s3rs_assets.resources import (
-    DEFAULT_JDBC_JARS,
-    MySQLResource,
-    S3Resource,
-    SparkResource,
-    spark_defaults,
-)
+from s3rs_assets.resources import MySQLResource, S3Resource, SparkResource
+from s3rs_assets.spark_session import config_from_env
 from s3rs_assets.warehouse import WarehouseResource
 
 #: every resource key the definitions bind
@@ -45,10 +40,7 @@ def _build(
         )
     if name == "spark":
         return SparkResource(
-            spark_config=spark_defaults(
-                os.environ.get("S3RS_SPARK_MASTER", "local[*]"),
-                os.environ.get("S3RS_SPARK_JARS", DEFAULT_JDBC_JARS),
-            ),
+            spark_config=config_from_env(),
             # not known (None): assume one does, so `auto` keeps the JVM's full JIT
             jdbc_reads=tables is None or any(t.reader == "jdbc" for t in tables),
         )

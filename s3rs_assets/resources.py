@@ -6,9 +6,6 @@ text form: `DatabaseURL.redacted()` is what logs and errors show.
 
 from __future__ import annotations
 
-import logging
-import os
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
@@ -21,17 +18,25 @@ import pymysql
 from dagster_pyspark import LazyPySparkResource
 from pydantic import Field, PrivateAttr
 
-from s3rs_assets import jvm_options, logs
+from s3rs_assets import jvm_options, spark_session
 from s3rs_assets.clock import PIN_SQL, SESSION_TIME_ZONE
 from s3rs_assets.config import DatabaseURL
 from s3rs_assets.connections import MySQLConnector
 from s3rs_assets.errors import ConfigError
 from s3rs_assets.layout import Layout
 from s3rs_assets.retry import MYSQL_BACKOFF, Backoff, Retries, call, is_transient
+from s3rs_assets.spark_session import (  # noqa: F401 - re-exported: resources' Spark names
+    DEFAULT_JDBC_JARS,
+    UTC_JAVA_OPTION,
+    WARM_UP_GROUP,
+    spark_defaults,
+    start_session,
+    take_early,
+    warm_up,
+)
 
 T = TypeVar("T")
 
-DEFAULT_JDBC_JARS = "/usr/share/java/mariadb-java-client.jar"
 
 
 class RedactedURL:
@@ -282,33 +287,6 @@ class S3Resource(dagster_aws.s3.S3Resource):
 
 
 _SPARK_LOCK = threading.Lock()
-UTC_JAVA_OPTION = "-Duser.timezone=UTC"
-
-
-def spark_defaults(master: str = "local[*]", jars: str = DEFAULT_JDBC_JARS) -> dict[str, str]:
-    """The spark_config s3rs runs with: `master` is `local[*]`, a standalone
-    `spark://host:port` or a Spark Connect `sc://host:port` URL."""
-    if master.startswith("sc://"):
-        # a Connect server has its own JVM settings: only the session time zone is ours
-        return {"spark.remote": master, "spark.sql.session.timeZone": "UTC"}
-    conf = {
-        "spark.master": master,
-        "spark.app.name": "s3rs",
-        "spark.driver.memory": "2g",
-        "spark.driver.extraJavaOptions": UTC_JAVA_OPTION,
-        "spark.executor.extraJavaOptions": UTC_JAVA_OPTION,
-        "spark.sql.session.timeZone": "UTC",
-        "spark.sql.execution.arrow.pyspark.enabled": "true",
-        "spark.ui.enabled": "false",
-        "spark.ui.showConsoleProgress": "false",
-        # Tables synced side by side (`s3rs sync --parallel`) share this session: FAIR
-        # scheduling with a pool per table (extract.py) keeps a big table's job from
-        # holding back the small ones.
-        "spark.scheduler.mode": "FAIR",
-    }
-    if jars:
-        conf["spark.jars"] = jars
-    return conf
 
 
 class SparkResource(LazyPySparkResource):
@@ -324,7 +302,7 @@ class SparkResource(LazyPySparkResource):
     spark_config: dict[str, Any] = Field(
         default_factory=spark_defaults,
         description="spark.* settings; spark.master (local[*], spark://...) or spark.remote "
-        "(sc://... Spark Connect). See s3rs_assets.resources.spark_defaults.",
+        "(sc://... Spark Connect). See s3rs_assets.spark_session.spark_defaults.",
     )
 
     jvm_tuning: str | None = Field(
@@ -347,134 +325,27 @@ class SparkResource(LazyPySparkResource):
         if self._spark_session is None:
             with _SPARK_LOCK:
                 if self._spark_session is None:
-                    session = get_spark(self)
-                    # in the background: the driver plans the first chunk (MySQL probes,
-                    # planning queries) while the workers import; that chunk's job queues
-                    # behind the warm-up's tasks if it comes first
-                    warm_up(session, background=True)
+                    # `s3rs sync` started it (and its warm-up) early: spark_session.py
+                    session = take_early()
+                    if session is None:
+                        session = get_spark(self)
+                        # in the background: the driver plans the first chunk (MySQL
+                        # probes, planning queries) while the workers import; that chunk's
+                        # job queues behind the warm-up's tasks if it comes first
+                        warm_up(session, background=True)
                     self._spark_session = session
 
     def session(self) -> Any:
         return self.spark_session
 
 
-WARM_UP_GROUP = "s3rs-warm-up"
-_log = logging.getLogger("s3rs.spark")
-
-
-def warm_up(
-    session: Any, cores: int | None = None, *, background: bool = False
-) -> threading.Thread | None:
-    """Start Spark's Python workers (reused by later tasks) and import in each what a chunk
-    task imports (`spark_tasks.warm`): one task per task slot (`cores`; by default the
-    session's parallelism). A Spark Connect client leaves this to the server (`s3rs spark
-    serve` warms its workers once, before it reports ready).
-
-    `background=True` runs the job in a daemon thread and returns it: a failure is logged,
-    never raised (a run's first chunk then starts its own workers); the thread ends with
-    its job, or when the session stops (Spark cancels the job). Otherwise it waits and
-    raises."""
-    if session.conf.get("spark.python.worker.reuse", "true") != "true":
-        return None
-    if cores is None:
-        try:
-            cores = int(session.sparkContext.defaultParallelism)
-        except Exception:  # Spark Connect: the server warmed its own workers
-            return None
-    if not background:
-        _warm_job(session, cores)
-        return None
-    thread = threading.Thread(
-        target=_warm_in_background, args=(session, cores), name=WARM_UP_GROUP, daemon=True
-    )
-    thread.start()
-    return thread
-
-
-def _warm_job(session: Any, cores: int) -> None:
-    """One task per core. On a classic session an RDD job (the backup's chunks are RDD jobs
-    there, and a first RDD job costs a fresh JVM ~1.2 CPU-s against ~4 for a first
-    mapInArrow), in the SQL jobs' workers; Spark Connect has no RDDs: mapInArrow."""
-    from s3rs_assets.spark_pools import classic_context, same_workers_as_sql
-
-    sc = classic_context(session)
-    if sc is None:
-        from s3rs_assets.spark_tasks import warm
-
-        session.range(0, cores, numPartitions=cores).mapInArrow(warm, "id long").collect()
-        return
-    from s3rs_assets.spark_tasks import warm_rows
-
-    same_workers_as_sql(session, sc)
-    sc.parallelize(range(cores), cores).mapPartitions(warm_rows).collect()
-
-
-def _warm_in_background(session: Any, cores: int) -> None:
-    sc = session.sparkContext
-    try:
-        # this thread's jobs only (PySpark pins a Python thread to a JVM thread)
-        sc.setJobGroup(WARM_UP_GROUP, "s3rs: start and warm the Python workers")
-        _warm_job(session, cores)
-    except Exception as e:
-        if sc._jsc is None:  # the session was stopped: its jobs were cancelled
-            _log.debug("Spark warm-up stopped with its session")
-        else:
-            _log.warning(
-                "Spark warm-up failed (the first chunk starts its own Python workers): %s",
-                str(e).splitlines()[0] if str(e) else type(e).__name__,
-            )
-
-
 def get_spark(res: SparkResource) -> Any:
-    """The process's SparkSession (an active one is reused)."""
-    from pyspark.sql import SparkSession
-
-    session = SparkSession.getActiveSession()
-    if session is None:
-        conf = dict(res.spark_config)
-        local = str(conf.get("spark.master", "")).startswith("local")
-        jars = [j for j in str(conf.get("spark.jars", "")).split(",") if j]
-        missing = [j for j in jars if not os.path.exists(j)]
-        if missing and local:
-            raise ConfigError(
-                f"JDBC driver jar {missing[0]} not found: run `make setup` "
-                "(installs Debian's libmariadb-java) or set S3RS_SPARK_JARS"
-            )
-        if local and not os.environ.get("PYSPARK_PYTHON"):
-            # Python workers must run this interpreter, not `python3` from PATH (cron,
-            # systemd: no venv on PATH). SparkContext reads the variable, not a conf key.
-            os.environ["PYSPARK_PYTHON"] = sys.executable
-        quiet = logs.spark_log_options()  # Spark's WARN lines only with `s3rs -v`
-        key = "spark.driver.extraJavaOptions"
-        if quiet and not str(conf.get("spark.remote", "")):
-            conf[key] = f"{conf.get(key, '')} {quiet}".strip()
-        pending = None
-        if local and not _jvm_running():  # the JVM this process launches (and its executors)
-            opts, pending = local_jvm_options(res, jars, conf.get(key))
-            conf[key] = jvm_options.append(conf.get(key), opts)
-        builder = SparkSession.builder
-        for k, v in conf.items():
-            builder = builder.config(k, v)
-        session = builder.getOrCreate()
-        if pending is not None:
-            jvm_options.finish_at_exit(pending)
-    # No zone check here: only Spark's JDBC reader depends on the session's and the JVM's
-    # zones, so `Extractor` checks them before each JDBC read of a DATETIME/TIMESTAMP table
-    # (the session may have changed since; connectorx reads do not depend on them).
-    return session
-
-
-def _jvm_running() -> bool:
-    """PySpark's gateway JVM is up already (a stopped session's): JVM options are moot."""
-    from pyspark import SparkContext
-
-    return SparkContext._gateway is not None
+    """The process's SparkSession (an active one is reused) with `res`'s settings."""
+    return start_session(res.spark_config, res.jvm_tuning, res.jdbc_reads)
 
 
 def local_jvm_options(
     res: SparkResource, jars: list[str], user: str | None
 ) -> tuple[list[str], jvm_options.PendingArchive | None]:
     """The start-up tunings (jvm_options.py) for the local JVM `res` launches."""
-    setting = res.jvm_tuning if res.jvm_tuning is not None else os.environ.get(jvm_options.ENV)
-    chosen = jvm_options.tunings(setting, jdbc_reads=res.jdbc_reads)
-    return jvm_options.java_options(chosen, jvm_options.spark_home(), jars, user)
+    return spark_session.local_jvm_options(res.jvm_tuning, res.jdbc_reads, jars, user)

@@ -29,7 +29,7 @@ SIMPLIFIED_TRACEBACK = "SPARK_SIMPLIFIED_TRACEBACK"
 
 def same_workers_as_sql(session: Any, sc: Any) -> None:
     """Give RDD jobs the environment of the SQL jobs' Python workers, so they run in the
-    workers the warm-up job (`resources.warm_up`) started and imported into
+    workers the warm-up job (`spark_session.warm_up`) started and imported into
     rather than in fresh ones (about 0.7 CPU-s of imports each)."""
     conf = "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled"
     if str(session.conf.get(conf, "true")).lower() == "true":

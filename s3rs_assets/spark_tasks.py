@@ -266,8 +266,24 @@ def connectorx_rows(spec: WriteSpec) -> Callable[[Iterator[int]], Iterator[dict[
     return run
 
 
+def preload() -> None:
+    """Import what a chunk task imports and parse botocore's S3 model, nothing more: run
+    in PySpark's worker daemon before it forks the workers (`spark_daemon`), so each
+    worker starts with it instead of importing it again (~1.2 CPU-s a worker, both at once
+    on the cold command's critical path). Starts no thread and computes nothing, so the
+    forked workers inherit no thread pool; `warm` does the rest in each worker."""
+    import connectorx  # noqa: F401
+    import pandas  # noqa: F401 - pyarrow converts datetimes through it (`warm`)
+    import pyarrow.compute  # noqa: F401
+    import pyarrow.parquet  # noqa: F401
+
+    from s3rs_assets.botocore_s3 import s3_loader, s3_session
+
+    s3_loader(s3_session()).load_service_model("s3", "service-2")
+
+
 def warm(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """The warm-up job's task (`resources.warm_up`): do in a fresh Python worker what a
+    """The warm-up job's task (`spark_session.warm_up`): do in a fresh Python worker what a
     chunk task does first, short of reading and uploading: import this module, connectorx,
     botocore with its S3 model, encode a one-row parquet file and build a manifest row
     (pyarrow converts datetimes through pandas, ~330 modules imported on first use).

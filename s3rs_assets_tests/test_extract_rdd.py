@@ -12,7 +12,7 @@ from typing import Any
 import pymysql
 import pytest
 
-from s3rs_assets import resources
+from s3rs_assets import spark_session
 from s3rs_assets.backup import extract
 from s3rs_assets.backup.extract import Extractor, Item, same_workers_as_sql
 from s3rs_assets.cursor import Position
@@ -80,7 +80,7 @@ def test_rdd_and_dataframe_jobs_write_the_same_objects(
 def test_rdd_jobs_run_in_the_warm_up_workers(spark) -> None:
     """After the warm-up (a mapInArrow job), an RDD job with `same_workers_as_sql` runs in
     the same Python worker processes instead of starting (and importing into) new ones."""
-    thread = resources.warm_up(spark, background=True)
+    thread = spark_session.warm_up(spark, background=True)
     if thread is not None:
         thread.join(timeout=300)
     import pyarrow as pa
@@ -144,7 +144,7 @@ def test_workers_collect_only_what_a_task_left_after_their_first_object(
     src, items = _items(ties_conn, mysql_db, 2_000, 2)
     ex = Extractor(spark=spark, mysql=MySQLResource(url=mysql_url), s3=s3_resource, src=src,
                    table_name=f"{mysql_db}.rdd_ties", parallelism=2)
-    resources._warm_job(spark, 2)
+    spark_session._warm_job(spark, 2)
     for _ in range(2):  # every worker a task may land in has written an object
         assert [f.rows for f in ex.read(items)] == [i.rows.rows for i in items]
 

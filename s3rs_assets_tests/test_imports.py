@@ -205,6 +205,7 @@ def test_an_unchanged_sync_imports_no_dagster(stack):
         assert "nothing new below the safety bound" in out and "no run" in out, out
         heavy = sorted({m.split(".")[0] for m in modules} & set(HEAVY))
         assert not heavy, f"sync imported {heavy}"
+        assert "s3rs_assets.spark_session" not in modules  # no early Spark start either
         assert len(modules) <= BOUND["sync"], f"sync: {len(modules)} modules"
     assert not os.listdir(stack["env"]["DAGSTER_HOME"])  # the instance was never opened
 

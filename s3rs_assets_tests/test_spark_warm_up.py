@@ -4,11 +4,13 @@ warm-up job that runs in the background while the driver plans the first chunk."
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 from typing import Any
 
 import pytest
 
-from s3rs_assets import resources, spark_tasks
+from s3rs_assets import spark_session, spark_tasks
 
 #: modules a warm worker holds (measured 915: pyspark's worker, pyarrow, connectorx,
 #: botocore, spark_tasks); with the warm-up pickled from resources.py it was 2,264
@@ -19,7 +21,7 @@ HEAVY = ("dagster", "boto3", "s3transfer", "pymysql", "pydantic", "s3rs_assets.r
 
 
 def test_worker_imports_only_the_task_module(spark: Any) -> None:
-    thread = resources.warm_up(spark, background=True)
+    thread = spark_session.warm_up(spark, background=True)
     assert thread is not None
     thread.join(timeout=300)
     assert not thread.is_alive()
@@ -51,6 +53,38 @@ def test_worker_imports_only_the_task_module(spark: Any) -> None:
     assert rows[0].modules <= WORKER_MODULES_MAX, rows[0].modules
 
 
+def test_workers_fork_from_the_preloaded_daemon(spark: Any) -> None:
+    """A local session's Python workers are forked from `s3rs_assets.spark_daemon`, which
+    imported what a task imports before forking (spark_tasks.preload)."""
+
+    def probe(batches: Any) -> Any:  # nested: pickled by value, imports nothing itself
+        import os
+
+        import pyarrow as pa
+
+        for _ in batches:
+            pass
+        with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
+            parent = f.read().replace(b"\0", b" ").decode()
+        yield pa.RecordBatch.from_pydict({"parent": [parent]})
+
+    rows = spark.range(0, 2, numPartitions=2).mapInArrow(probe, "parent string").collect()
+    assert all("-m s3rs_assets.spark_daemon" in r.parent for r in rows), rows
+
+
+def test_preload_loads_what_a_task_imports_and_nothing_heavy() -> None:
+    code = (
+        "import sys; from s3rs_assets import spark_daemon; spark_daemon.preload(); "
+        "import threading; print(threading.active_count(), *sorted(sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    threads, modules = int(out[0]), set(out[1:])
+    assert threads == 1  # nothing a fork would lose
+    assert {"connectorx", "pandas", "pyarrow.parquet", "s3rs_assets.spark_tasks"} <= modules
+    assert not [m for m in modules if any(m == h or m.startswith(h + ".") for h in HEAVY)]
+
+
 def test_task_client_is_botocore_with_standard_retries() -> None:
     cfg = {"endpoint_url": "http://127.0.0.1:1", "region_name": "eu-west-1",
            "max_attempts": 4, "aws_access_key_id": "k2", "aws_secret_access_key": "s2",
@@ -74,11 +108,11 @@ def test_background_warm_up_failure_is_logged_not_raised(
     def fail(session: Any, cores: int) -> None:
         raise RuntimeError("no workers today")
 
-    monkeypatch.setattr(resources, "_warm_job", fail)
+    monkeypatch.setattr(spark_session, "_warm_job", fail)
     with caplog.at_level(logging.WARNING, logger="s3rs.spark"):
-        thread = resources.warm_up(spark, background=True)
+        thread = spark_session.warm_up(spark, background=True)
         assert thread is not None
         thread.join(timeout=60)
     assert "Spark warm-up failed" in caplog.text and "no workers today" in caplog.text
     with pytest.raises(RuntimeError):  # the synchronous form (`s3rs spark serve`) raises
-        resources.warm_up(spark)
+        spark_session.warm_up(spark)

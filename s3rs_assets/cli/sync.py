@@ -259,6 +259,12 @@ def _run_plans(
     """Launch `prepared`'s runs in order, reading at most `budget` rows (what is left of
     --limit `limit`): (OK or the exit code of a run that failed, rows left of --limit (0
     when used up), whether a check failed)."""
+    checks_failed = False
+    try:
+        _start_spark(table, prepared.plans)  # before Dagster's import (progress, the instance)
+    except S3rsError as e:  # a missing JDBC jar: nothing ran
+        echo(f"{table.name}: error before any run: {e}", err=True, fg="red")
+        return UNUSABLE, budget, checks_failed
     from s3rs_assets import runner
     from s3rs_assets.progress import (
         SYNC_TAG,
@@ -267,7 +273,6 @@ def _run_plans(
         run_retries,
     )
 
-    checks_failed = False
     try:
         dagster = inst.get()
     except S3rsError as e:  # its configuration: nothing ran
@@ -310,6 +315,21 @@ def _run_plans(
                 echo(f"{table.name}: --limit {limit:,} reached; the next sync resumes there")
                 return OK, 0, checks_failed
     return OK, budget, checks_failed
+
+
+def _start_spark(table: TableConfig, plans: list[Any]) -> None:
+    """Start the local Spark JVM and its warm-up now, in a background thread, when a run
+    will read rows (a backup stage): it then starts while this thread imports Dagster,
+    opens the instance and creates and starts the run, and the backup step takes it
+    (spark_session.start_early; once per process). A missing JDBC jar is a ConfigError
+    here, before any run."""
+    if not any(p.backup_keys if p.catchup else "backup" in p.stages for p in plans):
+        return
+    from s3rs_assets import spark_session
+
+    spark_session.start_early(
+        spark_session.config_from_env(), None, jdbc_reads=table.reader == "jdbc"
+    )
 
 
 def _report_timings(ctx: click.Context, table: TableConfig, result: Any, monitor: Any) -> None:
