@@ -384,7 +384,9 @@ def main() -> None:
     ap.add_argument("--code", default="", help="code trees, comma-separated (default: this)")
     ap.add_argument("--turns", type=int, default=2)
     ap.add_argument("--rows", type=int, default=1_000_000)
-    ap.add_argument("--chunk-rows", type=int, default=100_000)
+    from s3rs_assets.config import TableConfig
+
+    ap.add_argument("--chunk-rows", type=int, default=TableConfig.chunk_rows)
     ap.add_argument("--parallelism", type=int, default=2)
     ap.add_argument("--reader", default="connectorx")
     ap.add_argument("--sample", type=float, default=0.5, help="CPU sampling interval (s)")
