@@ -35,6 +35,7 @@ saw it stops this one (WatermarkConflict) unless it wrote exactly the same files
 from __future__ import annotations
 
 import bisect
+import contextlib
 import functools
 import time
 from collections.abc import Callable
@@ -177,7 +178,8 @@ class BackupRun:
             self._plan_all()
             self._finish()
         except BaseException:
-            self._flush_log()  # how far the failed run got, before its error
+            with contextlib.suppress(Exception):  # the run's own error is the one to raise
+                self._flush_log()  # how far the failed run got, before its error
             raise
         finally:
             inflight, self._inflight = self._inflight, None
