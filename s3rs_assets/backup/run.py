@@ -55,8 +55,9 @@ from s3rs_assets.watermark import FileEntry, PartitionState, Position, Watermark
 T = TypeVar("T")
 
 #: Seconds between the backup's progress entries in the run's log. Every Dagster log entry
-#: is an event committed to the run's SQLite event log (~20-40 ms of the driver's thread
-#: each here), and a 100k-row chunk takes ~0.4 s with Spark warm: a checkpoint's lines wait
+#: is an event committed to the run's SQLite event log (~5 ms of the driver's CPU each on
+#: a quiet machine, 20-40 ms of its thread under load), and a chunk takes 0.4-1.4 s with
+#: Spark warm (benchmarks/results/2026-11-28-evt28.md): a checkpoint's lines wait
 #: until this long after the run's start or its last entry and go out together, the last
 #: ones with the run's summary (an increment's backup writes one entry). Every chunk's line
 #: is still written; a run whose chunks each take longer than this logs every checkpoint
