@@ -255,6 +255,12 @@ def child(args: argparse.Namespace) -> None:
         env = StageEnv(mysql, pg, args.bucket, spark, prefix=f"turn-{tag}")
         ctx = argparse.Namespace(args=args)
         cfg = TableConfig.from_dict(table_entry(ctx, table, day, f"{SCHEMA}.{table}_{tag}"))
+        mem = None
+        if args.memory:  # peak RSS of driver, JVM and Python workers during the backup
+            from benchmarks.memory import MemSampler
+
+            mem = MemSampler()
+            mem.start()
         t0 = time.perf_counter()
         try:
             if args.cprofile:
@@ -264,7 +270,7 @@ def child(args: argparse.Namespace) -> None:
                 Path(args.cprofile).write_text(
                     "\n".join(f"== {k}\n{v}" for k, v in prof.items()))
             else:
-                backup = run_backup(env, cfg, day)
+                backup = run_backup(env, cfg, day, mem)
         finally:
             t1 = time.perf_counter()
             threads1 = jvm_threads(os.getpid())
@@ -282,6 +288,10 @@ def child(args: argparse.Namespace) -> None:
         t3 = time.perf_counter()
         time.sleep(args.sample * 1.5)
         sampler.end()
+        if mem is not None:
+            mem.stop_event.set()
+            out["backup_peak_rss_mb"] = {k: round(v / 2**20) for k, v in
+                                         mem.peaks.get("backup", {}).items()}
         stop_spark(spark, session)
         from benchmarks.services import pg_connect
         with pg_connect(pg, SCHEMA) as conn:
@@ -332,6 +342,7 @@ def parent(args: argparse.Namespace) -> None:
                        "--sample", str(args.sample)]
                 cmd += ["--timeline"] if args.timeline else []
                 cmd += ["--warm"] if args.warm else []
+                cmd += ["--memory"] if args.memory else []
                 if args.cprofile:  # one file per tree and turn
                     cmd += [f"--cprofile={args.cprofile}.{turn}.{Path(tree).name}"]
                 cmd += [f"--java-opts={opts}"] if opts else []
@@ -361,6 +372,8 @@ def parent(args: argparse.Namespace) -> None:
                     + ", ".join(f"{k} {v:.1f}" for k, v in cb.items())
                     + f"; load avg {la}")
                 say(f"    busiest other processes: {r['others']}")
+                if r.get("backup_peak_rss_mb"):
+                    say(f"    backup peak RSS (MB): {r['backup_peak_rss_mb']}")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1, default=str))
     say(f"uptime at end: {uptime()}")
@@ -371,7 +384,9 @@ def main() -> None:
     ap.add_argument("--code", default="", help="code trees, comma-separated (default: this)")
     ap.add_argument("--turns", type=int, default=2)
     ap.add_argument("--rows", type=int, default=1_000_000)
-    ap.add_argument("--chunk-rows", type=int, default=100_000)
+    from s3rs_assets.config import TableConfig
+
+    ap.add_argument("--chunk-rows", type=int, default=TableConfig.chunk_rows)
     ap.add_argument("--parallelism", type=int, default=2)
     ap.add_argument("--reader", default="connectorx")
     ap.add_argument("--sample", type=float, default=0.5, help="CPU sampling interval (s)")
@@ -387,6 +402,8 @@ def main() -> None:
     ap.add_argument("--cprofile", default="",
                     help="write the driver's profile and request counts (driver_profile.py) "
                     "of each turn's backup to PATH.<turn>.<tree>")
+    ap.add_argument("--memory", action="store_true",
+                    help="sample the backup's peak RSS per part (benchmarks/memory.py)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--bucket", default="", help=argparse.SUPPRESS)
     args = ap.parse_args()

@@ -64,6 +64,7 @@ from benchmarks.services import (
     s3_endpoint,
     spark_connect,
 )
+from s3rs_assets.config import TableConfig
 
 SUITES = {
     "core": suite_core.run,
@@ -85,7 +86,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--suite", default="core", help="core, decimal, shape, reconcile, fleet, "
                     "fleet_scan, small, all, or a comma-separated list (default core)")
     ap.add_argument("--rows", type=int, default=1_000_000, help="main table size (default 1M)")
-    ap.add_argument("--chunk-rows", type=int, default=100_000, help="s3rs chunk_rows")
+    ap.add_argument("--chunk-rows", type=int, default=TableConfig.chunk_rows,
+                    help=f"s3rs chunk_rows (default s3rs's, {TableConfig.chunk_rows})")
     ap.add_argument("--parallelism", type=int, default=2, help="s3rs parallelism (sub-ranges)")
     ap.add_argument("--reader", choices=("connectorx", "jdbc"), default="connectorx")
     ap.add_argument("--json", type=Path, help="write all measurements to this file")

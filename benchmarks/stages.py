@@ -140,12 +140,12 @@ def chunk_figures(instance: dg.DagsterInstance, run_id: str) -> list[dict[str, A
     """Per-chunk read+write, planning and checkpoint seconds, from the asset's log lines."""
     chunks = []
     for entry in instance.all_logs(run_id):
-        m = CHUNK_RE.search(entry.user_message or "")
-        if not m:
-            continue
-        n, rows, read, plan_cum, ckpt_cum = m.groups()
-        chunks.append({"chunk": int(n), "rows": int(rows), "read_write_s": float(read),
-                       "plan_cum_s": float(plan_cum), "checkpoint_cum_s": float(ckpt_cum)})
+        # one entry may hold several checkpoints' lines (BackupRun._note)
+        for m in CHUNK_RE.finditer(entry.user_message or ""):
+            n, rows, read, plan_cum, ckpt_cum = m.groups()
+            chunks.append({"chunk": int(n), "rows": int(rows), "read_write_s": float(read),
+                           "plan_cum_s": float(plan_cum),
+                           "checkpoint_cum_s": float(ckpt_cum)})
     for i, c in enumerate(chunks):
         before = chunks[i - 1] if i else {"plan_cum_s": 0.0, "checkpoint_cum_s": 0.0}
         c["plan_s"] = round(c["plan_cum_s"] - before["plan_cum_s"], 3)

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import dagster as dg
 
-from s3rs_assets.backup import BackupRun, PartitionRun
+from s3rs_assets.backup import BackupRun
 from s3rs_assets.backup.extract import Extractor
 from s3rs_assets.checks import build_checks
 from s3rs_assets.config import TableConfig
@@ -105,26 +105,6 @@ def _inspect_source(
     return src, bound, found
 
 
-def _log_partitions(context: dg.AssetExecutionContext, table: str, backup: BackupRun,
-                    runs: list[PartitionRun]) -> None:
-    """One line per partition that held rows or is still open, then a summary line, in one
-    log entry: each entry is an event in Dagster's storage (~15-50 ms each here), and a
-    catch-up over 73 data days would otherwise write 74 of them."""
-    active = [r for r in runs if r.rows or r.status != "complete" or r.recomputed]
-    lines = [
-        f"{table} {r.partition_key}: {r.status}, {r.rows} rows in {len(r.files)} "
-        f"files, cursor {r.cursor_to}"
-        for r in active
-    ]
-    lines.append(
-        f"{table}: {len(runs)} partition(s), {len(runs) - len(active)} complete and "
-        f"empty, {backup.batches} checkpoint write(s)"
-    )
-    context.log.info("\n".join(lines))
-    if backup.skipped:
-        context.log.warning(f"{table}: row limit reached; not read: {', '.join(backup.skipped)}")
-
-
 def run_backup(
     context: dg.AssetExecutionContext,
     table: TableConfig,
@@ -177,7 +157,11 @@ def run_backup(
     except Exception as e:
         record_failure(store, table.name, "mysql", e)
         raise
-    _log_partitions(context, table.name, backup, runs)
+    # BackupRun logged its chunks and the partitions' summary (BackupRun._log_summary)
+    if backup.skipped:
+        context.log.warning(
+            f"{table.name}: row limit reached; not read: {', '.join(backup.skipped)}"
+        )
     if ex.zero_dates:
         context.log.warning(
             f"{table.name}: {ex.zero_dates} zero date(s) ('0000-00-00' or a zero month or "

@@ -158,7 +158,10 @@ def run_timings(result: Any, monitor: SyncMonitor) -> RunTimings:
     return t
 
 
-_CHUNK_MSG = re.compile(r"^(?P<table>\S+) (?P<partition>\S+): chunk (?P<chunk>\d+) ")
+#: a backup's chunk line; one log entry may hold several (BackupRun._note): the last wins
+_CHUNK_MSG = re.compile(
+    r"^(?P<table>\S+) (?P<partition>\S+): chunk (?P<chunk>\d+) ", re.MULTILINE
+)
 
 
 _READ = object()  # SyncMonitor(base=...) not given: read it from S3
@@ -284,9 +287,9 @@ class SyncMonitor:
     def _event(self, entry: Any) -> None:
         msg = entry.user_message or ""
         ev = entry.dagster_event
-        m = _CHUNK_MSG.match(msg)
-        if m and m["table"] == self.table.name:
-            self._chunk, self._partition = int(m["chunk"]), m["partition"]
+        for m in _CHUNK_MSG.finditer(msg):
+            if m["table"] == self.table.name:
+                self._chunk, self._partition = int(m["chunk"]), m["partition"]
         if ev is not None and ev.event_type_value == "STEP_START" and ev.step_key:
             self.step_starts.setdefault(ev.step_key, entry.timestamp)
         if not self.echo_events:

@@ -14,7 +14,7 @@ from s3rs_assets.identifiers import check_identifier, mysql_quote, pg_quote, spl
 def test_defaults_match_the_readme():
     t = TableConfig.from_dict({"name": "settlement.settlement_normal_delivery_detail"})
     assert t.cursor == "update_at" and t.primary_key is None
-    assert t.partition == "daily" and t.chunk_rows == 100_000
+    assert t.partition == "daily" and t.chunk_rows == 200_000
     assert t.lag == timedelta(minutes=5) and t.start == datetime(2025, 1, 1)
     assert (t.target_schema, t.target_table) == ("settlement", "settlement_normal_delivery_detail")
     assert t.reader == "connectorx" and t.parallelism == 2

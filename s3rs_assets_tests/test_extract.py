@@ -154,8 +154,10 @@ def test_limit_stops_early_and_resumes(
 KILL_SCRIPT = textwrap.dedent(
     """
     import sys
+    from s3rs_assets.backup import run
     from s3rs_assets.resources import S3Resource, SparkResource, spark_defaults
     from s3rs_assets_tests.helpers import backup, resources, table_cfg
+    run.LOG_EVERY = 0.0  # a log entry per checkpoint: the test kills at the third
     mysql_db, mysql_url, bucket = sys.argv[1:4]
     cfg = table_cfg(mysql_db, "ext_kill", chunk_rows=500, parallelism=2)
     spark = SparkResource(spark_config=spark_defaults("local[2]"))

@@ -6,6 +6,8 @@ real instance and a real run, not timed.
 
 from __future__ import annotations
 
+import re
+import time
 from collections import Counter
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -28,10 +30,10 @@ from s3rs_assets_tests.test_cli import (  # noqa: F401 - the CLI tests' fixtures
 #: captured 1, planned 4, step start/output/success 12, step input and loaded input 2,
 #: handled output 2, materializations 2, check evaluations 2
 EVENTS = 31
-#: the run's own log messages: 3 (the backup's chunk and partitions lines, the load's
-#: transaction line; the load's per-partition line of the transaction itself no longer goes
-#: to the event log: 4 before); a warning, e.g. a retried query, may join them
-MESSAGES = 5
+#: the run's own log messages: 2 (the backup's chunk line with its partitions' summary, the
+#: load's transaction line; 3 before evt28, the chunk line apart: 4 before that, the load's
+#: per-partition line apart); a warning, e.g. a retried query, may join them
+MESSAGES = 4
 
 
 @pytest.mark.usefixtures("orders")
@@ -187,3 +189,86 @@ def test_an_increment_sync_opens_one_warehouse_connection_per_step(request, monk
     monkeypatch.setattr(psycopg, "connect", counted)
     got = sync_the_increment(env, name, lambda: dict(opened))
     assert got == CONNECTIONS, got
+
+
+#: every event of the first sync of `cli_orders` (60 rows on 3 days, chunk_rows 25: 3
+#: checkpoints, chunks 1-2 of the oldest day and one of each other day), measured
+#: 2026-11-28 (evt28): the 31 of `EVENTS` (one stage materialization each), 4 more
+#: materializations (one per partition of each stage), 4 messages (the backup's chunk lines
+#: and summary, the load's DDL of the target and of its state table, its transaction line):
+#: 38, and one to spare for a warning (a retried query). 41 before: one entry per
+#: checkpoint and one for the summary.
+FIRST_SYNC_EVENTS = 39
+
+
+@pytest.mark.usefixtures("orders")
+def test_a_multi_chunk_run_writes_its_chunk_lines_in_few_entries(request, monkeypatch):
+    """Every log entry is a commit to the run's SQLite event log (~20-40 ms): the backup's
+    checkpoints share entries (`LOG_EVERY` apart, here longer than the run), and every
+    chunk's line is still in them, in order."""
+    env = request.getfixturevalue("stack")
+    import dagster as dg
+
+    from s3rs_assets.backup import run as backup_run
+    from s3rs_assets.names import TABLE_TAG
+
+    monkeypatch.setattr(backup_run, "LOG_EVERY", 3600.0)
+    name = env.name("cli_orders")
+    r = invoke("sync", "-t", name, "--no-progress")
+    assert r.exit_code == 0, r.output
+    with dg.DagsterInstance.from_config(str(env.home)) as inst:
+        runs = inst.get_runs(filters=dg.RunsFilter(tags={TABLE_TAG: name}), limit=1)
+        entries = inst.all_logs(runs[0].run_id)
+    assert len(entries) <= FIRST_SYNC_EVENTS, Counter(
+        e.dagster_event.event_type_value if e.dagster_event else "message" for e in entries
+    )
+    backup = [e.user_message for e in entries
+              if not e.dagster_event and e.step_key and e.step_key.endswith("s3_parquet")]
+    assert len(backup) == 1, backup
+    chunks = re.findall(r"^\S+ (\S+): chunk (\d+) ", backup[0], re.MULTILINE)
+    days = sorted({day for day, _ in chunks})
+    assert len(days) == 3, chunks
+    assert chunks == [(days[0], "1"), (days[0], "2"), (days[1], "1"), (days[2], "1")], chunks
+    assert "3 checkpoint write(s)" in backup[0].splitlines()[-1], backup
+
+
+def test_checkpoint_lines_are_held_until_log_every_passed(monkeypatch):
+    """`LOG_EVERY` 0: an entry per checkpoint, then the summary; otherwise held lines go
+    out with the next entry or the summary, and a failed run still logs what it did."""
+    from types import SimpleNamespace
+
+    from s3rs_assets.backup import run as backup_run
+
+    def made(every: float, logged: list[str]) -> backup_run.BackupRun:
+        ex: Any = SimpleNamespace(table_name="s.t")
+        return backup_run.BackupRun(ex, None, windows=[], upper=datetime(2026, 1, 1),
+                                    chunk_rows=10, run_id="r", log=logged.append,
+                                    log_every=every)
+
+    logged: list[str] = []
+    run = made(0.0, logged)
+    run._note(["a"])
+    run._note(["b", "c"])
+    run._log_summary([])
+    assert logged == ["a", "b\nc", "s.t: 0 partition(s), 0 complete and empty, 0 checkpoint "
+                                    "write(s)"]
+    logged = []
+    run = made(3600.0, logged)
+    run._logged_at = time.monotonic()
+    run._note(["a"])
+    run._note(["b"])
+    assert logged == []
+    run._log_summary([])
+    assert logged == ["a\nb\ns.t: 0 partition(s), 0 complete and empty, 0 checkpoint write(s)"]
+
+    logged = []
+    run = made(3600.0, logged)
+
+    def failing_plan() -> None:
+        run._note(["chunk 1"])
+        raise RuntimeError("MySQL went away")
+
+    monkeypatch.setattr(run, "_plan_all", failing_plan)
+    with pytest.raises(RuntimeError):
+        run.run()
+    assert logged == ["chunk 1"]

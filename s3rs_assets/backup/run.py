@@ -35,6 +35,7 @@ saw it stops this one (WatermarkConflict) unless it wrote exactly the same files
 from __future__ import annotations
 
 import bisect
+import contextlib
 import functools
 import time
 from collections.abc import Callable
@@ -52,6 +53,16 @@ from s3rs_assets.source import first_row, plan_chunk
 from s3rs_assets.watermark import FileEntry, PartitionState, Position, WatermarkRecord, utcnow
 
 T = TypeVar("T")
+
+#: Seconds between the backup's progress entries in the run's log. Every Dagster log entry
+#: is an event committed to the run's SQLite event log (~5 ms of the driver's CPU each on
+#: a quiet machine, 20-40 ms of its thread under load), and a chunk takes 0.4-1.4 s with
+#: Spark warm (benchmarks/results/2026-11-28-evt28.md): a checkpoint's lines wait
+#: until this long after the run's start or its last entry and go out together, the last
+#: ones with the run's summary (an increment's backup writes one entry). Every chunk's line
+#: is still written; a run whose chunks each take longer than this logs every checkpoint
+#: at once. Read when a BackupRun is made (a test may set it).
+LOG_EVERY = 2.0
 
 
 @dataclass
@@ -140,6 +151,7 @@ class BackupRun:
         log: Callable[[str], None] = lambda _m: None,
         retries: Retries | None = None,
         overlap: bool = True,
+        log_every: float | None = None,
     ):
         self.ex, self.store = ex, store
         self.retries = retries if retries is not None else Retries()
@@ -154,21 +166,31 @@ class BackupRun:
         self.overlap = overlap
         self._inflight: _Batch | None = None
         self._pool: ThreadPoolExecutor | None = None
+        self.log_every = LOG_EVERY if log_every is None else log_every
+        self._held: list[str] = []  # checkpoint lines not logged yet (`_note`)
+        self._logged_at = 0.0  # monotonic time of the run's start or its last entry
 
     # ------------------------------------------------------------------ the run
 
     def run(self) -> list[PartitionRun]:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="s3rs-read")
+        self._logged_at = time.monotonic()
         try:
             self._plan_all()
             self._finish()
+        except BaseException:
+            with contextlib.suppress(Exception):  # the run's own error is the one to raise
+                self._flush_log()  # how far the failed run got, before its error
+            raise
         finally:
             inflight, self._inflight = self._inflight, None
             if inflight is not None:  # a failure with a read in flight: let it end first
                 inflight.future.exception()
             self._pool.shutdown(wait=True)
             self._pool = None
-        return self._results()
+        results = self._results()
+        self._log_summary(results)
+        return results
 
     def _plan_all(self) -> None:
         """Plan the run's batches in order, handing each to `_write` as it fills."""
@@ -336,8 +358,8 @@ class BackupRun:
         checkpoint = time.monotonic() - t1
         self.batches += 1
         batch_rows = sum(plan.rows for p in parts for plan, _ in p.batch) or 1
-        # one log entry per checkpoint, not per partition: each entry is an event in
-        # Dagster's storage (~40 ms here), and a catch-up batch may span 73 data days
+        # one log line per partition of the checkpoint, logged together (`_note`): each
+        # entry is an event in Dagster's storage, and a catch-up batch may span 73 data days
         lines: list[str] = []
         for p in parts:
             s = p.slot
@@ -364,8 +386,40 @@ class BackupRun:
                     f"{read_seconds:.1f}s (plan {s.run.plan_seconds:.2f}s, checkpoint "
                     f"{s.run.checkpoint_seconds:.2f}s so far), cursor -> {p.batch[-1][0].end}"
                 )
-        if lines:
-            self.log("\n".join(lines))
+        self._note(lines)
+
+    # ------------------------------------------------------------------ the log
+
+    def _note(self, lines: list[str]) -> None:
+        """A checkpoint's lines: logged now when `log_every` seconds passed since the last
+        entry (or the run's start), else held for the next entry."""
+        self._held.extend(lines)
+        now = time.monotonic()
+        if now - self._logged_at >= self.log_every:
+            self._flush_log()
+
+    def _flush_log(self) -> None:
+        if self._held:
+            self.log("\n".join(self._held))
+            self._held = []
+            self._logged_at = time.monotonic()
+
+    def _log_summary(self, runs: list[PartitionRun]) -> None:
+        """The held checkpoint lines, one line per partition that held rows or is still
+        open, then a summary line, in one entry: a catch-up over 73 data days would
+        otherwise write 74 events."""
+        active = [r for r in runs if r.rows or r.status != "complete" or r.recomputed]
+        lines = self._held + [
+            f"{self.table} {r.partition_key}: {r.status}, {r.rows} rows in {len(r.files)} "
+            f"files, cursor {r.cursor_to}"
+            for r in active
+        ]
+        lines.append(
+            f"{self.table}: {len(runs)} partition(s), {len(runs) - len(active)} complete and "
+            f"empty, {self.batches} checkpoint write(s)"
+        )
+        self._held = []
+        self.log("\n".join(lines))
 
     def _apply(self, rec: WatermarkRecord, parts: list[_Part]) -> None:
         """The checkpoint as a change function (it may run again after a lost race)."""
