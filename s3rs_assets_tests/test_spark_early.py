@@ -132,7 +132,10 @@ def _gone(pid: int, within: float = 60.0) -> bool:
     return False
 
 
-def test_start_early_refuses_a_missing_jar_and_a_connect_session():
+def test_start_early_refuses_a_missing_jar_and_a_connect_session(monkeypatch):
+    # as in a fresh `s3rs sync`: the suite's own SparkContext (a session-wide fixture) may run
+    # already, and then nothing starts early (that session is used, jars and all)
+    monkeypatch.setattr(spark_session, "_context_running", lambda: False)
     conf = spark_session.spark_defaults("local[1]", "/nonexistent/s3rs-no-driver.jar")
     with pytest.raises(ConfigError, match="JDBC driver jar /nonexistent/s3rs-no-driver.jar"):
         spark_session.start_early(conf, None, jdbc_reads=False)
