@@ -289,19 +289,21 @@ class IntHashSQL:
         h = f"({out[0]} + 2147483648 * {out[1]})"
         return f"CAST({h} AS DECIMAL(38,0))" if self.side == "redshift" else h
 
-    def postgres_sums(self, group: str, table: str, where: str) -> str:
+    def postgres_sums(self, group: str, table: str, where: str, grouped: bool = True) -> str:
         """PostgreSQL's (group, rows, sum of row hashes) of the rows `where` selects from
         `table`, grouped by the expression `group`. OFFSET 0 keeps PostgreSQL from inlining
         the subquery: the cursor's parts (numeric EXTRACTs, the costly part) are computed
-        once per row, not once per digit. Parameters: `group`'s, then `where`'s."""
+        once per row, not once per digit. Parameters: `group`'s, then `where`'s. Not
+        `grouped`: one aggregate row, `group` (a constant) its first column."""
         parts = self.cursor_parts()
         names = {k: pg_quote(f"s3rs_{k}") for k in parts}
         inner = ", ".join(
-            [f'{group} AS "s3rs_group"', *(pg_quote(k) for k in self.target.primary_key),
-             *(f"{v} AS {names[k]}" for k, v in parts.items())]
+            ([f'{group} AS "s3rs_group"'] if grouped else [])
+            + [*(pg_quote(k) for k in self.target.primary_key),
+               *(f"{v} AS {names[k]}" for k, v in parts.items())]
         )
+        first, tail = ('"s3rs_group"', " GROUP BY 1") if grouped else (group, "")
         return (
-            f'SELECT "s3rs_group", COUNT(*), COALESCE(SUM({self.row_hash(names)}), 0) '
-            f'FROM (SELECT {inner} FROM {table} WHERE {where} OFFSET 0) AS "s3rs_rows" '
-            "GROUP BY 1"
+            f"SELECT {first}, COUNT(*), COALESCE(SUM({self.row_hash(names)}), 0) "
+            f'FROM (SELECT {inner} FROM {table} WHERE {where} OFFSET 0) AS "s3rs_rows"{tail}'
         )

@@ -249,22 +249,31 @@ def warehouse_hash_expr(target: LoadTarget, dialect: Dialect) -> str:
 
 
 def _bucket(quoted_cursor: str, n: int) -> str:
+    """Which window a row is in; one window needs no test (nor grouping: `_grouped`)."""
+    if n == 1:
+        return "0"
     whens = " ".join(
         f"WHEN {quoted_cursor} >= %s AND {quoted_cursor} < %s THEN {i}" for i in range(n)
     )
     return f"CASE {whens} END"
 
 
+def _grouped(n: int, by: str) -> str:
+    """One window is one aggregate row: no GROUP BY, whose temporary table MariaDB fills row
+    by row (-0.3 s of its CPU per 1M rows; a sync's check is mostly one partition)."""
+    return "" if n == 1 else f" GROUP BY {by}"
+
+
 def mysql_checksum_sql(source: str, target: LoadTarget, n: int) -> str:
-    """Per-partition (index, rows, checksum) for `n` windows; params: start, end per window,
-    then the overall start and end."""
+    """Per-partition (index, rows, checksum) for `n` windows; params (`_params`): start, end
+    per window, then the overall start and end (one window: its start and end)."""
     schema, table = split_qualified(source, "table")
     c = mysql_quote(target.cursor)
     ints = IntHashSQL("mysql", target)
     h = ints.row_hash() if ints.applies else mysql_hash_expr(target)
     return (
         f"SELECT {_bucket(c, n)} AS `p`, COUNT(*), COALESCE(SUM({h}), 0) "
-        f"FROM {mysql_table(schema, table)} WHERE {c} >= %s AND {c} < %s GROUP BY `p`"
+        f"FROM {mysql_table(schema, table)} WHERE {c} >= %s AND {c} < %s{_grouped(n, '`p`')}"
     )
 
 
@@ -274,15 +283,18 @@ def warehouse_checksum_sql(target: LoadTarget, dialect: Dialect, n: int) -> str:
     where = f"{c} >= %s AND {c} < %s"
     ints = IntHashSQL(dialect, target)
     if ints.applies and dialect == "postgres":
-        return ints.postgres_sums(_bucket(c, n), pg_table(target.schema, target.table), where)
+        return ints.postgres_sums(_bucket(c, n), pg_table(target.schema, target.table), where,
+                                  grouped=n > 1)
     h = ints.row_hash() if ints.applies else warehouse_hash_expr(target, dialect)
     return (
         f'SELECT {_bucket(c, n)} AS "p", COUNT(*), COALESCE(SUM({h}), 0) '
-        f"FROM {pg_table(target.schema, target.table)} WHERE {where} GROUP BY 1"
+        f"FROM {pg_table(target.schema, target.table)} WHERE {where}{_grouped(n, '1')}"
     )
 
 
 def _params(windows: Sequence[tuple[str, datetime, datetime]]) -> list[Any]:
+    if len(windows) == 1:
+        return [windows[0][1], windows[0][2]]
     params: list[Any] = []
     for _, start, end in windows:
         params += [start, end]

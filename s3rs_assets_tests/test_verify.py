@@ -215,6 +215,8 @@ def test_equal_tables_are_ok(loaded, mysql_conn):
     assert all(c.ok for c in checks), [c.describe() for c in checks]
     assert [c.mysql_rows for c in checks] == [21, 20, 20]
     assert all(c.mysql_checksum == c.warehouse_checksum > 0 for c in checks)
+    # one window at a time (no CASE, no GROUP BY): the same counts and checksums
+    assert [verify_table(mysql_conn, wh, target, cfg, [p])[0] for p in PARTITIONS] == checks
     # An empty window is ok too (0 rows, checksum 0 on both sides).
     empty = verify_table(
         mysql_conn, wh, target, cfg, [("2030-01-01", datetime(2030, 1, 1), datetime(2030, 1, 2))]
@@ -325,12 +327,20 @@ def test_checksum_sql_texts():
         "('x' || SUBSTR(MD5(\"code\" || '|' || CAST(\"id\" AS VARCHAR) || '|' || "
         "TO_CHAR(\"update_at\", 'YYYY-MM-DD HH24:MI:SS.US')), 1, 15))::BIT(60)::BIGINT"
     )
-    assert warehouse_checksum_sql(_T, "redshift", 1) == (
-        'SELECT CASE WHEN "update_at" >= %s AND "update_at" < %s THEN 0 END AS "p", COUNT(*), '
+    assert warehouse_checksum_sql(_T, "redshift", 2) == (
+        'SELECT CASE WHEN "update_at" >= %s AND "update_at" < %s THEN 0 '
+        'WHEN "update_at" >= %s AND "update_at" < %s THEN 1 END AS "p", COUNT(*), '
         'COALESCE(SUM(CAST(STRTOL(SUBSTRING(MD5("code" || \'|\' || CAST("id" AS VARCHAR) || '
         "'|' || TO_CHAR(\"update_at\", 'YYYY-MM-DD HH24:MI:SS.US')), 1, 15), 16) "
         "AS DECIMAL(38,0))), 0) "
         'FROM "dw"."orders" WHERE "update_at" >= %s AND "update_at" < %s GROUP BY 1'
+    )
+    # one window (a sync's usual check): one aggregate row, no CASE and no GROUP BY
+    one = warehouse_checksum_sql(_T, "redshift", 1)
+    assert one.startswith('SELECT 0 AS "p", COUNT(*), ') and "CASE" not in one
+    assert one.endswith('WHERE "update_at" >= %s AND "update_at" < %s')
+    assert mysql_checksum_sql("shop.orders", _T, 1).endswith(
+        "FROM `shop`.`orders` WHERE `update_at` >= %s AND `update_at` < %s"
     )
 
 
