@@ -195,7 +195,7 @@ def null_if_invalid(col: SourceColumn) -> str:
     a test: -0.5 s of MariaDB CPU per 1M rows of four date columns (2026-11-28). A day its
     month lacks ('2024-02-30', which only ALLOW_INVALID_DATES lets in) is NULL here too and
     counted with the zero dates (connectorx panicked on it before); the row hashes' TO_SECONDS
-    is not NULL for it, so the checks then name that row instead of passing."""
+    is not NULL for it, so `reconcile --columns all` names that row."""
     unit = "DAY" if col.data_type == "date" else "SECOND"
     return f"({mysql_quote(col.name)} + INTERVAL 0 {unit})"
 
