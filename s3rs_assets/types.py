@@ -211,8 +211,8 @@ def select_expr(col: SourceColumn, reader: str = "jdbc", key: bool = False) -> s
     and zero-in-date values are read as NULL by both readers (connectorx panics on them, the
     JDBC driver would roll '2024-00-15' over to 2023-12-15) and counted (`zero_dates_expr`);
     connectorx's non-key columns through `null_if_invalid`, the cursor and key columns
-    through the same `invalid_date` test as `KeyColumns.readable`, which keeps such rows out
-    of every read.
+    through `invalid_date`, the test `KeyColumns.readable` keeps a cursor's such rows out of
+    every read with.
     Key columns (`key`) stay bare for JDBC: its predicates apply to the select list and must
     hit the index. Spatial columns are read as WKB.
     """

@@ -232,3 +232,46 @@ def test_large_text_and_blob(mysql_conn, mysql_db, mysql_url, pg_url, s3_resourc
     finally:
         with mysql_conn.cursor() as cur:
             cur.execute(f"DROP TABLE `{name}`")
+
+
+def test_a_day_its_month_lacks_is_null_counted_and_named_by_reconcile(
+    mysql_conn, mysql_db, mysql_url, pg_url, s3_resource, spark_resource
+):
+    """ALLOW_INVALID_DATES lets '2024-02-30' into DATE and DATETIME columns; connectorx
+    reads such a non-key value as NULL (`types.null_if_invalid`; it panicked on it before)
+    and counts it with the zero dates; `reconcile --columns all`, whose MySQL side still
+    reads a date there, names the row."""
+    from s3rs_assets.reconcile.report import ReconcileOptions
+    from s3rs_assets.reconcile.run import reconcile_table
+
+    name = f"invalid_{uuid.uuid4().hex[:8]}"
+    with mysql_conn.cursor() as cur:
+        cur.execute("SET SESSION sql_mode = 'ALLOW_INVALID_DATES'")
+        cur.execute(f"CREATE TABLE `{name}` (id INT PRIMARY KEY, update_at DATETIME(6) NOT NULL, "
+                    "d DATETIME(6) NULL, e DATE NULL, KEY (update_at))")
+        cur.execute(f"INSERT INTO `{name}` VALUES "
+                    f"(1, '{T0}', '2024-02-30 10:00:00.5', '2023-02-29'), "
+                    f"(2, '{T0 + timedelta(seconds=1)}', '2024-02-29 10:00:00.5', '2023-02-28'), "
+                    f"(3, '{T0 + timedelta(seconds=2)}', NULL, NULL)")
+        cur.execute("SET SESSION sql_mode = DEFAULT")
+    schema = "dw_invalid_dates"
+    cfg = table_cfg(mysql_db, name, target=f"{schema}.{name}")
+    res = resources(mysql_url, s3_resource, spark_resource, pg_url)
+    try:
+        with dg.instance_for_test() as instance:
+            result = sync(cfg, res, partition="2025-03-01", instance=instance)
+        (check,) = [c for c in result.get_asset_check_evaluations() if c.check_name == CHECK_NAME]
+        assert check.passed, check.description
+        (backup,) = [m for m in result.get_asset_materialization_events()
+                     if m.asset_key.path[-1] == "s3_parquet"]
+        assert metadata_facts(backup.materialization.metadata)["zero_dates_as_null"] == 2
+        with psycopg.connect(pg_url) as pg:
+            rows = pg.execute(f'SELECT id, d, e FROM "{schema}"."{name}" ORDER BY id').fetchall()
+        assert rows == [(1, None, None), (2, datetime(2024, 2, 29, 10, 0, 0, 500000),
+                                          date(2023, 2, 28)), (3, None, None)]
+        report = reconcile_table(cfg, res["mysql"], res["warehouse"], s3_resource,
+                                 store_for(s3_resource), ReconcileOptions(columns="all"))
+        assert report.counts() == {"missing": 0, "extra": 0, "differs": 1}
+    finally:
+        with mysql_conn.cursor() as cur:
+            cur.execute(f"DROP TABLE IF EXISTS `{name}`")
