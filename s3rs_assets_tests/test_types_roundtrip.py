@@ -132,6 +132,18 @@ def _same(got: object, want: object) -> bool:
     return got == want and type(got) is type(want)
 
 
+def _synced_zero_dates(cfg, res: dict) -> int:
+    """Sync partition 2025-03-01 of `cfg`; its `matches_mysql` passed; the zero dates the
+    backup read as NULL (its metadata)."""
+    with dg.instance_for_test() as instance:
+        result = sync(cfg, res, partition="2025-03-01", instance=instance)
+    (check,) = [c for c in result.get_asset_check_evaluations() if c.check_name == CHECK_NAME]
+    assert check.passed, check.description
+    (backup,) = [m for m in result.get_asset_materialization_events()
+                 if m.asset_key.path[-1] == "s3_parquet"]
+    return metadata_facts(backup.materialization.metadata)["zero_dates_as_null"]
+
+
 @pytest.mark.parametrize("reader", ["connectorx", "jdbc"])
 def test_every_type_round_trips_to_postgres(wide, mysql_db, mysql_url, pg_url, s3_resource,
                                             spark_resource, reader):
@@ -139,14 +151,7 @@ def test_every_type_round_trips_to_postgres(wide, mysql_db, mysql_url, pg_url, s
     schema = f"dw_types_{reader}"
     cfg = table_cfg(mysql_db, name, reader=reader, chunk_rows=4, target=f"{schema}.{name}")
     res = resources(mysql_url, s3_resource, spark_resource, pg_url)
-    with dg.instance_for_test() as instance:
-        result = sync(cfg, res, partition="2025-03-01", instance=instance)
-    (check,) = [c for c in result.get_asset_check_evaluations() if c.check_name == CHECK_NAME]
-    assert check.passed, check.description
-    (backup,) = [m for m in result.get_asset_materialization_events()
-                 if m.asset_key.path[-1] == "s3_parquet"]
-    zero = metadata_facts(backup.materialization.metadata)["zero_dates_as_null"]
-    assert zero == 6  # dt 3, dte 2, ts 1: reported, never silent
+    assert _synced_zero_dates(cfg, res) == 6  # dt 3, dte 2, ts 1: reported, never silent
     with psycopg.connect(pg_url) as pg:
         cur = pg.execute(f'SELECT * FROM "{schema}"."{name}" ORDER BY id')
         names = [d.name for d in cur.description]
@@ -258,13 +263,7 @@ def test_a_day_its_month_lacks_is_null_counted_and_named_by_reconcile(
     cfg = table_cfg(mysql_db, name, target=f"{schema}.{name}")
     res = resources(mysql_url, s3_resource, spark_resource, pg_url)
     try:
-        with dg.instance_for_test() as instance:
-            result = sync(cfg, res, partition="2025-03-01", instance=instance)
-        (check,) = [c for c in result.get_asset_check_evaluations() if c.check_name == CHECK_NAME]
-        assert check.passed, check.description
-        (backup,) = [m for m in result.get_asset_materialization_events()
-                     if m.asset_key.path[-1] == "s3_parquet"]
-        assert metadata_facts(backup.materialization.metadata)["zero_dates_as_null"] == 2
+        assert _synced_zero_dates(cfg, res) == 2
         with psycopg.connect(pg_url) as pg:
             rows = pg.execute(f'SELECT id, d, e FROM "{schema}"."{name}" ORDER BY id').fetchall()
         assert rows == [(1, None, None), (2, datetime(2024, 2, 29, 10, 0, 0, 500000),
