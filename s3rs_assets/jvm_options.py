@@ -263,6 +263,12 @@ def finish_at_exit(pending: PendingArchive) -> None:
     def done() -> None:
         from pyspark import SparkContext
 
+        # Stop PySpark's accumulator server first: its handler (<= 1 s to leave its poll)
+        # would read the JVM's closed connection and print an EOFError traceback at exit.
+        server = getattr(SparkContext._active_spark_context, "_accumulatorServer", None)
+        if server is not None:
+            with suppress(Exception):
+                server.shutdown()
         gateway = SparkContext._gateway
         pending.finish(getattr(gateway, "proc", None))
 
