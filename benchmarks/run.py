@@ -97,6 +97,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="one Spark Connect server (--small-master) for the whole run: every "
                     "suite's Spark attaches to it (S3RS_SPARK_MASTER), so Spark start-up "
                     "figures are an attach, not a JVM start; suite small uses it too")
+    ap.add_argument("--spark-connect-url", metavar="SC_URL",
+                    help="as --spark-connect, but attach to this running Spark Connect server "
+                    "(sc://...) instead of starting one (the test suite's smoke run)")
     core = ap.add_argument_group("core")
     core.add_argument("--stages", default="backup,load,e2e", help="subset of backup,load,e2e")
     core.add_argument("--no-naive", action="store_true", help="skip the pymysql + pandas run")
@@ -161,6 +164,10 @@ def check_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> argpars
     if not names or any(n not in SUITES for n in names):
         ap.error(f"--suite takes {', '.join(SUITES)} or all, got {args.suite!r}")
     args.suites = names
+    if args.spark_connect_url:
+        if not args.spark_connect_url.startswith("sc://"):
+            ap.error(f"--spark-connect-url takes an sc:// URL, got {args.spark_connect_url!r}")
+        args.spark_connect = True  # attached, to a server this run did not start
     stages = {s.strip() for s in args.stages.split(",") if s.strip()}
     if not stages or stages - set(STAGES):
         ap.error(f"--stages takes a subset of {','.join(STAGES)}, got {args.stages!r}")
@@ -206,6 +213,10 @@ def run_suites(args: argparse.Namespace) -> dict:
 def shared_spark(args: argparse.Namespace) -> Iterator[None]:
     """With --spark-connect: the run's Spark Connect server, S3RS_SPARK_MASTER pointing at
     it (the `s3rs sync` processes inherit it; the in-process stages read it)."""
+    if args.spark_connect_url:  # a server someone else runs (and stops)
+        with environ(S3RS_SPARK_MASTER=args.spark_connect_url):
+            yield
+        return
     if not args.spark_connect:
         found = os.environ.get("S3RS_SPARK_MASTER", "")
         if not found.startswith("sc://"):

@@ -13,6 +13,8 @@ Dagster is imported where a run is executed or the instance opened, not with thi
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from s3rs_assets.errors import ConfigError
@@ -89,6 +91,15 @@ def for_threads(inst: dg.DagsterInstance) -> dg.DagsterInstance:
     event-log handler, whose thread held it waiting for logging's lock. Without such
     handlers that call yields nothing, so this instance skips it; with them configured,
     side-by-side runs are refused. No public API exists to turn the call off.
+
+    Dagster also captures a run's stdout and stderr for the UI by pointing the process's
+    file descriptors 1 and 2 at the run's log file (`dup2`) and starting `tail -F`
+    processes that copy it back: process-wide state, so two runs in threads swap each
+    other's descriptors. Seen here: the command's later output went into one run's log
+    file, its `tail` processes outlived the command and held its stdout open (a caller
+    reading that pipe waited for ever), and the runs waited 2 x 30 s to stop them. Runs
+    in threads capture nothing: their steps' output is the command's own, each line
+    naming its table; their events and metadata are stored as always.
     """
     if inst.get_python_log_dagster_handler_config():
         raise ConfigError(
@@ -97,7 +108,16 @@ def for_threads(inst: dg.DagsterInstance) -> dg.DagsterInstance:
             "runs in threads): remove it or sync with --parallel 1"
         )
     inst.get_yaml_python_handlers = lambda: []  # type: ignore[method-assign]
+    inst.compute_log_manager.capture_logs = _no_capture  # type: ignore[method-assign]
     return inst
+
+
+@contextmanager
+def _no_capture(log_key: Sequence[str]) -> Iterator[Any]:
+    """`ComputeLogManager.capture_logs` that leaves the process's descriptors alone."""
+    from dagster._core.storage.compute_log_manager import CapturedLogContext
+
+    yield CapturedLogContext(log_key=log_key)
 
 
 def execute(

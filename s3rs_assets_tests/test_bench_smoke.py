@@ -32,8 +32,9 @@ TINY = ["--rows", "1200", "--chunk-rows", "500", "--increment", "30"]
 # one Spark Connect server for every suite: each `s3rs sync` process and in-process stage
 # attaches to it instead of starting a JVM of its own (~15 cold starts, most of this
 # test's time); the suites' code paths are the same, only their Spark start-up figures
-# become an attach (the local-Spark start-up is tested in test_quiet.py, test_cli.py)
-SHARED = ["--spark-connect"]
+# become an attach (the local-Spark start-up is tested in test_quiet.py, test_cli.py).
+# It is the test session's server (conftest.connect_server, shared with the Spark Connect
+# and UI tests; --spark-connect-url), not one the run starts: one ~25 s JVM start fewer.
 ARGS = {
     "core": ["--no-naive", "--floor-repeat", "1"],
     "decimal": [],
@@ -62,7 +63,8 @@ def bench_schema() -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def bench_run(bench_schema: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str]:
+def bench_run(bench_schema: str, tmp_path_factory: pytest.TempPathFactory,
+              connect_server: tuple[str, str, Path]) -> tuple[dict, str]:
     """Every suite, once, in one subprocess: the suites' documents by name, and its stdout."""
     out = tmp_path_factory.mktemp("bench") / "bench.json"
     env = dict(os.environ, S3RS_BENCH_SCHEMA=bench_schema, PYTHONPATH=str(REPO),
@@ -70,7 +72,8 @@ def bench_run(bench_schema: str, tmp_path_factory: pytest.TempPathFactory) -> tu
     env.pop("AWS_ENDPOINT_URL_S3", None)  # the benchmark starts its own moto server
     env.pop("DAGSTER_HOME", None)
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.run", "--suite", ",".join(ARGS), *TINY, *SHARED,
+        [sys.executable, "-m", "benchmarks.run", "--suite", ",".join(ARGS), *TINY,
+         "--spark-connect-url", connect_server[0],
          *(a for args in ARGS.values() for a in args), "--json", str(out)],
         cwd=REPO, env=env, capture_output=True, text=True,
     )

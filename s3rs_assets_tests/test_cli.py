@@ -1307,25 +1307,38 @@ def par_tables(stack):
 
 
 def test_sync_parallel_runs_tables_side_by_side_and_a_broken_one_fails_alone(
-    stack, par_tables
+    stack, par_tables, connect_server
 ):
+    """A process of its own, its output a pipe (as cron or CI read it): the runs in threads
+    leave the process's stdout and stderr alone (no compute-log capture, whose fd swaps
+    two threads' runs would tangle), so every line reaches the caller and nothing holds
+    the pipe open after the command."""
+    import subprocess
+
     import dagster as dg
 
     from s3rs_assets.resources import spark_defaults
+    from s3rs_assets_tests.conftest import spark_env
 
     assert spark_defaults("local[2]")["spark.scheduler.mode"] == "FAIR"
     names = [stack.name(t) for t in PAR_TABLES]
     broken = stack.name("cli_broken")
     args = [a for n in [names[0], broken, *names[1:]] for a in ("-t", n)]
-    r = invoke("sync", "--parallel", "3", "--no-progress", *args)
-    assert r.exit_code == 2, r.output  # a configuration error (the others synced)
-    assert r.stderr.strip().splitlines()[-1] == f"failed: {broken}"
+    r = subprocess.run(
+        [sys.executable, "-m", "s3rs_assets.cli", "sync", "--parallel", "3", "--no-progress",
+         *args], env=spark_env(S3RS_SPARK_MASTER=connect_server[0]), capture_output=True,
+        text=True, timeout=600,  # a pipe held open by a leftover process: a failure, not a hang
+    )
+    assert r.returncode == 2, r.stdout + r.stderr  # a configuration error (others synced)
+    assert r.stderr.strip().splitlines()[-1] == f"failed: {broken}", r.stderr
     assert f"{broken}: error before any run: " in r.stderr
     # every line of the command's own output names its table
     for line in r.stdout.splitlines():
         assert line.split(":", 1)[0] in {*names, broken}, line
+    assert not list(stack.home.glob("storage/*/compute_logs/*")), "a run captured the fds"
     for n, (name, t) in enumerate(zip(names, PAR_TABLES, strict=True), 1):
-        assert f"{name}: run " in r.stdout, r.stdout
+        assert f"{name}: run " in r.stdout and f"{name}: {25 * n} rows read" in r.stdout, (
+            r.stdout)
         with mysql(stack.db) as conn, conn.cursor() as cur:
             cur.execute(f"SELECT id, update_at, amount, note FROM `{t}` ORDER BY id")
             want = [tuple(row) for row in cur.fetchall()]

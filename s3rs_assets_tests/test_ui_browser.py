@@ -115,7 +115,8 @@ class UIStack:
 
 
 @pytest.fixture(scope="module")
-def ui(tmp_path_factory, mysql_db, mysql_url, pg_url, moto_endpoint) -> Iterator[UIStack]:
+def ui(tmp_path_factory, mysql_db, mysql_url, pg_url, moto_endpoint,
+       connect_server) -> Iterator[UIStack]:
     workdir = tmp_path_factory.mktemp("ui_browser")
     bucket = f"s3rs-uib-{uuid.uuid4().hex[:10]}"
     s3_client = boto3.client("s3", endpoint_url=moto_endpoint)
@@ -146,7 +147,9 @@ def ui(tmp_path_factory, mysql_db, mysql_url, pg_url, moto_endpoint) -> Iterator
         "S3RS_S3_BUCKET": bucket,
         "S3RS_S3_PREFIX": s3.prefix,
         "S3RS_REDSHIFT_URL": pg_url,
-        "S3RS_SPARK_MASTER": "local[2]",
+        # runs attach to the session's Spark Connect server, as `make ui`'s runs do (no
+        # JVM start per run: the local-Spark path is tested in test_cli, test_quiet)
+        "S3RS_SPARK_MASTER": connect_server[0],
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,
     }

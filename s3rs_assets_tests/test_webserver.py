@@ -116,7 +116,8 @@ class UI:
 
 
 @pytest.fixture(scope="module")
-def ui(tmp_path_factory, mysql_db, mysql_url, pg_url, moto_endpoint) -> Iterator[UI]:
+def ui(tmp_path_factory, mysql_db, mysql_url, pg_url, moto_endpoint,
+       connect_server) -> Iterator[UI]:
     workdir = tmp_path_factory.mktemp("ui")
     bucket = f"s3rs-ui-{uuid.uuid4().hex[:10]}"
     boto3.client("s3", endpoint_url=moto_endpoint).create_bucket(Bucket=bucket)
@@ -142,7 +143,9 @@ def ui(tmp_path_factory, mysql_db, mysql_url, pg_url, moto_endpoint) -> Iterator
         "S3RS_S3_BUCKET": bucket,
         "S3RS_S3_PREFIX": s3.prefix,
         "S3RS_REDSHIFT_URL": pg_url,
-        "S3RS_SPARK_MASTER": "local[2]",
+        # runs attach to the session's Spark Connect server, as `make ui`'s runs do (no
+        # JVM start per run: the local-Spark path is tested in test_cli, test_quiet)
+        "S3RS_SPARK_MASTER": connect_server[0],
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,
     }
@@ -326,48 +329,54 @@ def _pool(stack: Stack, key: str) -> dict:
 
 def test_ui_launch_of_a_table_already_running_is_held_back(ui: UI):
     """One table, one run at a time, for a launch that carries no s3rs tag: the pool holds
-    the second run in the queue and the new-data sensor leaves the table alone."""
+    the second run in the queue and the new-data sensor leaves the table alone. The test
+    holds a write lock on the table, so the first run's backup step waits inside its slot
+    for as long as the test looks (a step attached to a warm Spark is over in a second)."""
     stack, db = ui.stack, ui.db
     table = f"{db}.ui_busy"
     pool = pool_name(table)
     node = stack.asset_nodes()[(db, "ui_busy", "s3_parquet")]
-    first = stack.launch(node, DAY)
-    assert "s3rs/table" not in {t["key"] for t in stack.run(first)["tags"]}
-
-    # 1. The first run's backup step holds the table's one slot.
     step = "__".join(node["assetKey"]["path"])
-    deadline = time.monotonic() + 180
-    while True:
-        info = _pool(stack, pool)
-        if any(s["runId"] == first and s["stepKey"] == step for s in info["claimedSlots"]):
-            break
-        run = stack.run(first)
-        assert run["status"] not in ("SUCCESS", "FAILURE", "CANCELED"), (
-            f"run ended before its slot was seen: {run['status']}\n{stack.logs()}")
-        assert time.monotonic() < deadline, f"slot never claimed: {info}\n{stack.logs()}"
-        time.sleep(0.3)
-    assert info["limit"] == 1, info
+    lock = _mysql_root(db)
+    try:
+        lock.cursor().execute("LOCK TABLES ui_busy WRITE")
+        first = stack.launch(node, DAY)
+        assert "s3rs/table" not in {t["key"] for t in stack.run(first)["tags"]}
 
-    # 2. The new-data sensor, evaluated now, does not even probe the busy table.
-    inst = dg.DagsterInstance.from_config(str(stack.home))
-    [cfg] = [t for t in load_tables(stack.env["S3RS_TABLES"]) if t.name == table]
-    sensor = build_new_data_sensor([cfg], [build_sync_job(cfg)])
-    res = {"mysql": MySQLResource(url=ui.mysql_url), "s3": ui.s3}
-    with dg.build_sensor_context(instance=inst, resources=res) as ctx:
-        result = sensor(ctx)
-    assert isinstance(result, dg.SkipReason), result
-    assert f"{table}: run {first[:8]} is STARTED, not checked" in result.skip_message, result
+        # 1. The first run's backup step holds the table's one slot.
+        deadline = time.monotonic() + 180
+        while True:
+            info = _pool(stack, pool)
+            if any(s["runId"] == first and s["stepKey"] == step for s in info["claimedSlots"]):
+                break
+            run = stack.run(first)
+            assert run["status"] not in ("SUCCESS", "FAILURE", "CANCELED"), (
+                f"run ended before its slot was seen: {run['status']}\n{stack.logs()}")
+            assert time.monotonic() < deadline, f"slot never claimed: {info}\n{stack.logs()}"
+            time.sleep(0.3)
+        assert info["limit"] == 1, info
 
-    # 3. A second UI launch of the same table (another partition) stays in the queue while
-    #    the first run's step holds the table's slot, though the instance allows two runs.
-    second = stack.launch(node, DAY2)
-    checks = 0
-    while any(s["runId"] == first and s["stepKey"] == step
-              for s in _pool(stack, pool)["claimedSlots"]):
-        assert stack.run(second)["status"] == "QUEUED", stack.run(second)
-        checks += 1
-        time.sleep(0.5)
-    assert checks, "the first run's step ended before the second run was launched"
+        # 2. The new-data sensor, evaluated now, does not even probe the busy table.
+        inst = dg.DagsterInstance.from_config(str(stack.home))
+        [cfg] = [t for t in load_tables(stack.env["S3RS_TABLES"]) if t.name == table]
+        sensor = build_new_data_sensor([cfg], [build_sync_job(cfg)])
+        res = {"mysql": MySQLResource(url=ui.mysql_url), "s3": ui.s3}
+        with dg.build_sensor_context(instance=inst, resources=res) as ctx:
+            result = sensor(ctx)
+        assert isinstance(result, dg.SkipReason), result
+        assert f"{table}: run {first[:8]} is STARTED, not checked" in result.skip_message, result
+
+        # 3. A second UI launch of the same table (another partition) stays in the queue
+        #    while the first run's step holds the table's slot, though the instance allows
+        #    two runs (the daemon's queue is looked at every few seconds: several rounds).
+        second = stack.launch(node, DAY2)
+        for _ in range(12):
+            assert any(s["runId"] == first and s["stepKey"] == step
+                       for s in _pool(stack, pool)["claimedSlots"]), "the first step ended"
+            assert stack.run(second)["status"] == "QUEUED", stack.run(second)
+            time.sleep(0.5)
+    finally:
+        lock.close()  # UNLOCK TABLES: the first step reads on
     r1 = stack.wait_for_run(first)
     r2 = stack.wait_for_run(second)
 
