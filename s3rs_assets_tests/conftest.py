@@ -6,6 +6,7 @@ and each test in its own bucket, so runs never see each other's data.
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
 import socket
@@ -20,19 +21,37 @@ import pymysql
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-MYSQL_HOST = os.environ.get("S3RS_TEST_MYSQL_HOST", "127.0.0.1")
-MYSQL_PORT = int(os.environ.get("S3RS_TEST_MYSQL_PORT", "3306"))
-PG_DSN = os.environ.get("S3RS_TEST_PG_DSN", "host=127.0.0.1 port=5432 user=postgres")
-# The settings `make demo` leaves in .local/s3rs.env are for people typing commands, never
-# for the tests (an `s3rs` run in-process or as a subprocess would take the demo's stack
-# for whatever a test leaves unset): empty means "read no settings file" (cli/local_env.py).
-os.environ["S3RS_ENV_FILE"] = ""
 
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _worker_mysql() -> tuple[str, int]:
+    """The MySQL server of this test process: the machine's (S3RS_TEST_MYSQL_HOST/PORT),
+    except on the second and later pytest-xdist workers, which start one of their own
+    (mariadb_instance.py says why). Decided at import, before any test module reads it."""
+    host = os.environ.get("S3RS_TEST_MYSQL_HOST", "127.0.0.1")
+    port = int(os.environ.get("S3RS_TEST_MYSQL_PORT", "3306"))
+    if os.environ.get("PYTEST_XDIST_WORKER", "gw0") == "gw0":
+        return host, port
+    from s3rs_assets_tests import mariadb_instance
+
+    own = mariadb_instance.start(host, port, free_port())
+    atexit.register(own.stop)
+    os.environ["S3RS_TEST_MYSQL_HOST"], os.environ["S3RS_TEST_MYSQL_PORT"] = \
+        "127.0.0.1", str(own.port)
+    return "127.0.0.1", own.port
+
+
+MYSQL_HOST, MYSQL_PORT = _worker_mysql()
+PG_DSN = os.environ.get("S3RS_TEST_PG_DSN", "host=127.0.0.1 port=5432 user=postgres")
+# The settings `make demo` leaves in .local/s3rs.env are for people typing commands, never
+# for the tests (an `s3rs` run in-process or as a subprocess would take the demo's stack
+# for whatever a test leaves unset): empty means "read no settings file" (cli/local_env.py).
+os.environ["S3RS_ENV_FILE"] = ""
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -181,6 +200,24 @@ def spark(spark_resource):
     session = spark_resource.session()
     yield session
     session.stop()
+
+
+# `make test` runs the files on two workers (pytest-xdist, `--dist loadfile`: a file's
+# module and session fixtures stay in one process), and a worker takes the next file in
+# collection order when it is nearly done with its own. The slowest files go first (seconds
+# per file on a 2-core machine, from the summary below), so that neither worker is handed
+# a long file while the other is finishing; the rest keep pytest's order.
+SLOWEST_FILES = (
+    "test_bench_smoke.py", "test_cli.py", "test_compose_statemachine.py",
+    "test_ui_browser.py", "test_spark_masters.py", "test_webserver.py",
+    "test_jvm_options.py", "test_compose_regressions.py", "test_spark_early.py",
+    "test_run_worker.py", "test_extract.py", "test_exit_codes.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(SLOWEST_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: files stay whole
 
 
 # Seconds per test file (setup + call + teardown, so a module fixture counts where it is

@@ -68,7 +68,8 @@ def bench_run(bench_schema: str, tmp_path_factory: pytest.TempPathFactory,
     """Every suite, once, in one subprocess: the suites' documents by name, and its stdout."""
     out = tmp_path_factory.mktemp("bench") / "bench.json"
     env = dict(os.environ, S3RS_BENCH_SCHEMA=bench_schema, PYTHONPATH=str(REPO),
-               PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+               PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
+               S3RS_MYSQL_URL=f"mysql://root:@{MYSQL_HOST}:{MYSQL_PORT}/")
     env.pop("AWS_ENDPOINT_URL_S3", None)  # the benchmark starts its own moto server
     env.pop("DAGSTER_HOME", None)
     proc = subprocess.run(

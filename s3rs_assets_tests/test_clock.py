@@ -24,6 +24,11 @@ def zoned_session(spark_resource):
     """The shared SparkSession with its SQL time zone set elsewhere (a notebook, a Spark
     Connect server's default); restored afterwards for the other tests."""
     session = spark_resource.session()
+    # A run takes the thread's active session as it is (spark_session.start_session); one
+    # built in another thread (an earlier test's early start, on the same test worker) is
+    # not active in this one, and a run would then apply s3rs's settings, UTC included.
+    session.sparkContext._jvm.org.apache.spark.sql.SparkSession.setActiveSession(
+        session._jsparkSession)
     saved = session.conf.get("spark.sql.session.timeZone")
     session.conf.set("spark.sql.session.timeZone", "America/New_York")
     yield session

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from s3rs_assets.cursor import after, at_or_before, literal, position_token
 from s3rs_assets.source import describe, plan_chunk, plan_window
 from s3rs_assets.watermark import Position
+from s3rs_assets_tests.conftest import MYSQL_HOST, MYSQL_PORT
 from s3rs_assets_tests.helpers import make_ties_table, mysql_ids, table_cfg, ties
 
 DAY = datetime(2025, 3, 4)
@@ -25,7 +26,8 @@ UPPER = datetime(2025, 3, 5)
 def ties_table(mysql_db):
     import pymysql
 
-    conn = pymysql.connect(host="127.0.0.1", user="root", database=mysql_db, autocommit=True)
+    conn = pymysql.connect(host=MYSQL_HOST, port=MYSQL_PORT, user="root",
+                           database=mysql_db, autocommit=True)
     make_ties_table(conn, "ties10k", ties(10_000, DAY, groups=5))
     src = describe(conn, table_cfg(mysql_db, "ties10k"))
     yield conn, src
@@ -216,7 +218,8 @@ def test_the_cursor_index_is_the_narrowest_plain_one(mysql_db):
     # the cursor leading the primary key: FORCE INDEX (`PRIMARY`) is valid SQL
     import pymysql
 
-    conn = pymysql.connect(host="127.0.0.1", user="root", database=mysql_db, autocommit=True)
+    conn = pymysql.connect(host=MYSQL_HOST, port=MYSQL_PORT, user="root",
+                           database=mysql_db, autocommit=True)
     try:
         with conn.cursor() as cur:
             cur.execute("DROP TABLE IF EXISTS pk_cursor")

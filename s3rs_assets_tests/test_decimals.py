@@ -20,6 +20,7 @@ import pytest
 from s3rs_assets.source import describe
 from s3rs_assets.types import decimal_from_unscaled
 from s3rs_assets.verify import mysql_field, warehouse_field
+from s3rs_assets_tests.conftest import MYSQL_HOST, MYSQL_PORT
 from s3rs_assets_tests.helpers import resources, sync, table_cfg
 
 T0 = datetime(2025, 3, 1, 8, 0)
@@ -44,7 +45,8 @@ def _col(p: int, s: int) -> str:
 def decimals(mysql_db):
     import pymysql
 
-    conn = pymysql.connect(host="127.0.0.1", user="root", database=mysql_db, autocommit=True,
+    conn = pymysql.connect(host=MYSQL_HOST, port=MYSQL_PORT, user="root",
+                           database=mysql_db, autocommit=True,
                            charset="utf8mb4")
     cols = ", ".join(f"`{_col(p, s)}` DECIMAL({p},{s}) NULL" for p, s in SHAPES)
     values = {(p, s): _values(p, s) for p, s in SHAPES}

@@ -24,9 +24,8 @@ from s3rs_assets.demo_data import (
     seed,
 )
 from s3rs_assets.errors import ConfigError
+from s3rs_assets_tests.conftest import MYSQL_HOST, MYSQL_PORT
 
-MYSQL_HOST = os.environ.get("S3RS_TEST_MYSQL_HOST", "127.0.0.1")
-MYSQL_PORT = int(os.environ.get("S3RS_TEST_MYSQL_PORT", "3306"))
 END = datetime(2026, 3, 8, 9, 30, 15, 250000)
 SPAN = timedelta(days=3)
 ROWS = 100_000

@@ -15,7 +15,7 @@ import pytest
 
 from s3rs_assets.io_manager import store_for
 from s3rs_assets.names import metadata_facts
-from s3rs_assets_tests.conftest import REPO
+from s3rs_assets_tests.conftest import MYSQL_HOST, MYSQL_PORT, REPO
 from s3rs_assets_tests.helpers import (
     backup,
     insert_rows,
@@ -37,7 +37,8 @@ D = datetime(2025, 3, 4)
 def ties_tables(mysql_db):
     import pymysql
 
-    conn = pymysql.connect(host="127.0.0.1", user="root", database=mysql_db, autocommit=True)
+    conn = pymysql.connect(host=MYSQL_HOST, port=MYSQL_PORT, user="root",
+                           database=mysql_db, autocommit=True)
     # 10,000 rows on 5 timestamps on day D, 40 rows on 3 timestamps on day D+1
     make_ties_table(
         conn, "ext_ties", ties(10_000, D, 5) + ties(40, D + timedelta(days=1), 3, 20_001)
@@ -266,7 +267,7 @@ def test_open_transaction_holding_an_older_timestamp_is_not_skipped(
     conn = ties_tables
     first_row = _now(conn) - timedelta(minutes=10)
     make_ties_table(conn, "ext_trx", [(1, first_row)])
-    writer = pymysql.connect(host="127.0.0.1", user="root", database=mysql_db)
+    writer = pymysql.connect(host=MYSQL_HOST, port=MYSQL_PORT, user="root", database=mysql_db)
     try:
         with writer.cursor() as cur:
             cur.execute("BEGIN")

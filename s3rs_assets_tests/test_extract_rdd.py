@@ -18,6 +18,7 @@ from s3rs_assets.backup.extract import Extractor, Item, same_workers_as_sql
 from s3rs_assets.cursor import Position
 from s3rs_assets.resources import MySQLResource
 from s3rs_assets.source import describe, plan_chunk
+from s3rs_assets_tests.conftest import MYSQL_HOST, MYSQL_PORT
 from s3rs_assets_tests.helpers import make_ties_table, mysql_ids, read_parquet, table_cfg, ties
 
 D = datetime(2025, 3, 4)
@@ -25,7 +26,8 @@ D = datetime(2025, 3, 4)
 
 @pytest.fixture(scope="module")
 def ties_conn(mysql_db: str):
-    conn = pymysql.connect(host="127.0.0.1", user="root", database=mysql_db, autocommit=True)
+    conn = pymysql.connect(host=MYSQL_HOST, port=MYSQL_PORT, user="root",
+                           database=mysql_db, autocommit=True)
     # 6,000 rows on 4 timestamps (1,500 rows each): every seam below falls inside a tie
     make_ties_table(conn, "rdd_ties", ties(6_000, D, 4))
     yield conn

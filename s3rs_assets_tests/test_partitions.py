@@ -23,6 +23,7 @@ from s3rs_assets.partitions import key_for, partitions_def, window, windows
 from s3rs_assets.source import safety_bound
 from s3rs_assets.watermark import WatermarkRecord
 from s3rs_assets.watermark.edits import apply_set
+from s3rs_assets_tests.conftest import MYSQL_HOST, MYSQL_PORT
 from s3rs_assets_tests.helpers import resources, sync, table_cfg
 
 # zone -> (spring day, first skipped hour, autumn day, first repeated hour)
@@ -139,7 +140,7 @@ def test_the_bound_waits_for_the_second_repeated_hour(zone, utc, offset, expecte
     """Rows written in the second 01:30 carry the readings of the first: a bound (and a
     cursor) that passed 01:30 in the first would never see them."""
     monkeypatch.setenv("S3RS_SOURCE_TIMEZONE", zone)
-    conn = pymysql.connect(host="127.0.0.1", user="root", database=mysql_db)
+    conn = pymysql.connect(host=MYSQL_HOST, port=MYSQL_PORT, user="root", database=mysql_db)
     try:
         with conn.cursor() as cur:
             cur.execute(f"SET time_zone = '{offset}'")
@@ -175,7 +176,8 @@ def _rows(zone: str) -> list[tuple[int, datetime]]:
 
 @pytest.fixture
 def dst_table(mysql_db):
-    conn = pymysql.connect(host="127.0.0.1", user="root", database=mysql_db, autocommit=True)
+    conn = pymysql.connect(host=MYSQL_HOST, port=MYSQL_PORT, user="root",
+                           database=mysql_db, autocommit=True)
     made: list[str] = []
 
     def make(name: str, rows: list[tuple[int, datetime]]) -> None:

@@ -10,6 +10,7 @@ import pymysql
 import pytest
 
 from s3rs_assets.reconcile.repair import REPAIR_PARTITION
+from s3rs_assets_tests.conftest import MYSQL_HOST, MYSQL_PORT
 from s3rs_assets_tests.reconcile_fixtures import (
     Env,
     copy_to_warehouse,
@@ -31,7 +32,7 @@ def held_bound(env, mysql_db):
     """An open InnoDB transaction that has written: every pass's safety bound is held at
     its start, so two passes share one bound."""
     env.mysql_exec("CREATE TABLE IF NOT EXISTS rc_hold (id INT PRIMARY KEY) ENGINE=InnoDB")
-    other = pymysql.connect(host="127.0.0.1", port=3306, user="root", database=mysql_db,
+    other = pymysql.connect(host=MYSQL_HOST, port=MYSQL_PORT, user="root", database=mysql_db,
                             autocommit=False)
     with other.cursor() as cur:
         cur.execute("START TRANSACTION")

@@ -12,6 +12,7 @@ import pymysql
 import pytest
 
 from s3rs_assets.reconcile import ReconcileOptions, reconcile_table
+from s3rs_assets_tests.conftest import MYSQL_HOST, MYSQL_PORT
 from s3rs_assets_tests.reconcile_fixtures import Env, make_env
 from s3rs_assets_tests.test_reconcile import _make
 
@@ -27,7 +28,8 @@ class KilledMySQL:
 
     def __init__(self, inner: Any, every: int = 2):
         self.inner, self.every, self.opened, self.killed = inner, every, 0, 0
-        self.killer = pymysql.connect(host="127.0.0.1", port=3306, user="root", autocommit=True)
+        self.killer = pymysql.connect(host=MYSQL_HOST, port=MYSQL_PORT, user="root",
+                                      autocommit=True)
         self.lock = threading.Lock()  # the diff opens connections from its query threads
 
     def connect(self) -> Any:

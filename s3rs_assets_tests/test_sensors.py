@@ -38,7 +38,7 @@ from s3rs_assets.sensors import build_sensors
 from s3rs_assets.sensors.guard import WatermarkRestored
 from s3rs_assets.watermark import PartitionState, Position, WatermarkRecord
 from s3rs_assets.watermark_eventlog import event_log_watermark
-from s3rs_assets_tests.conftest import REPO
+from s3rs_assets_tests.conftest import MYSQL_HOST, MYSQL_PORT, REPO
 from s3rs_assets_tests.helpers import (
     backup,
     insert_rows,
@@ -189,7 +189,8 @@ def backed_up(mysql_db, mysql_url, moto_endpoint, spark_resource):
     bucket = f"s3rs-sensors-{uuid.uuid4().hex[:10]}"
     boto3.client("s3", endpoint_url=moto_endpoint).create_bucket(Bucket=bucket)
     s3 = S3Resource(bucket=bucket, prefix=PREFIX)
-    conn = pymysql.connect(host="127.0.0.1", user="root", database=mysql_db, autocommit=True)
+    conn = pymysql.connect(host=MYSQL_HOST, port=MYSQL_PORT, user="root",
+                           database=mysql_db, autocommit=True)
     make_ties_table(conn, "sen_backed", ties(30, D, 3) + ties(12, D + timedelta(days=1), 2, 101))
     cfg = table_cfg(mysql_db, "sen_backed", chunk_rows=50)
     with dg.instance_for_test() as inst:

@@ -15,6 +15,7 @@ from s3rs_assets.errors import SourceSchemaError
 from s3rs_assets.io_manager import store_for
 from s3rs_assets.names import metadata_facts
 from s3rs_assets.source import blockers, describe, safety_bound
+from s3rs_assets_tests.conftest import MYSQL_HOST, MYSQL_PORT
 from s3rs_assets_tests.helpers import (
     backup,
     insert_rows,
@@ -30,7 +31,8 @@ from s3rs_assets_tests.helpers import (
 
 @pytest.fixture(scope="module")
 def shapes(mysql_db):
-    conn = pymysql.connect(host="127.0.0.1", user="root", database=mysql_db, autocommit=True)
+    conn = pymysql.connect(host=MYSQL_HOST, port=MYSQL_PORT, user="root",
+                           database=mysql_db, autocommit=True)
     with conn.cursor() as cur:
         cur.execute("DROP TABLE IF EXISTS no_pk")
         cur.execute("CREATE TABLE no_pk (a INT, update_at DATETIME(6))")
@@ -106,7 +108,7 @@ def reader_user(shapes, mysql_db):
 def test_least_privilege_user_degrades_gracefully(shapes, mysql_db, s3_resource, s3_client,
                                                   spark_resource, reader_user):
     name, password = reader_user
-    url = f"mysql://{name}:{password}@127.0.0.1:3306/{mysql_db}"
+    url = f"mysql://{name}:{password}@{MYSQL_HOST}:{MYSQL_PORT}/{mysql_db}"
     cfg = table_cfg(mysql_db, "src_ok", chunk_rows=4)
     with dg.instance_for_test() as instance:
         result = backup(cfg, resources(url, s3_resource, spark_resource), partition="2025-03-04",
@@ -149,7 +151,8 @@ def test_rows_no_partition_reads_are_counted_not_dropped(shapes, mysql_db, mysql
 def _in_background(mysql_db: str, *sql: str) -> tuple[threading.Thread, int]:
     """Run the statements on their own connection in a thread (autocommit); returns the
     thread and its MySQL thread id."""
-    conn = pymysql.connect(host="127.0.0.1", user="root", database=mysql_db, autocommit=True)
+    conn = pymysql.connect(host=MYSQL_HOST, port=MYSQL_PORT, user="root",
+                           database=mysql_db, autocommit=True)
 
     def run() -> None:
         try:

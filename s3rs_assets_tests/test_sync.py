@@ -12,6 +12,7 @@ import pytest
 from s3rs_assets import demo_data
 from s3rs_assets.io_manager import store_for
 from s3rs_assets.names import CHECK_NAME, metadata_facts
+from s3rs_assets_tests.conftest import MYSQL_HOST, MYSQL_PORT
 from s3rs_assets_tests.helpers import resources, sync, table_cfg
 
 END = datetime(2025, 5, 2, 20, 0)
@@ -20,7 +21,8 @@ DAYS = ("2025-05-01", "2025-05-02")
 
 @pytest.fixture(scope="module")
 def demo(mysql_db):
-    conn = pymysql.connect(host="127.0.0.1", user="root", database=mysql_db, autocommit=True,
+    conn = pymysql.connect(host=MYSQL_HOST, port=MYSQL_PORT, user="root",
+                           database=mysql_db, autocommit=True,
                            charset="utf8mb4")
     demo_data.create_table(conn, mysql_db, "sync_demo", drop=True)
     demo_data.seed(conn, mysql_db, "sync_demo", 4000, end=END, span=timedelta(hours=30))

@@ -19,6 +19,7 @@ from s3rs_assets.types import (
     zero_date_columns,
     zero_dates_expr,
 )
+from s3rs_assets_tests.conftest import MYSQL_HOST, MYSQL_PORT
 from s3rs_assets_tests.helpers import backup, manifest_keys, read_parquet, resources, table_cfg
 
 END = datetime(2025, 5, 1, 18, 0)
@@ -28,7 +29,8 @@ END = datetime(2025, 5, 1, 18, 0)
 def demo(mysql_db):
     import pymysql
 
-    conn = pymysql.connect(host="127.0.0.1", user="root", database=mysql_db, autocommit=True,
+    conn = pymysql.connect(host=MYSQL_HOST, port=MYSQL_PORT, user="root",
+                           database=mysql_db, autocommit=True,
                            charset="utf8mb4")
     demo_data.create_table(conn, mysql_db, "demo_types", drop=True)
     demo_data.seed(conn, mysql_db, "demo_types", 3000, end=END, span=timedelta(hours=6))

@@ -21,6 +21,7 @@ from s3rs_assets.errors import SourceSchemaError
 from s3rs_assets.io_manager import store_for
 from s3rs_assets.names import CHECK_NAME, metadata_facts
 from s3rs_assets.source import describe
+from s3rs_assets_tests.conftest import MYSQL_HOST, MYSQL_PORT
 from s3rs_assets_tests.helpers import read_parquet, resources, sync, table_cfg
 
 T0 = datetime(2025, 3, 1, 8, 0)
@@ -94,7 +95,8 @@ def wide(mysql_db):
     import pymysql
 
     name = f"types_{uuid.uuid4().hex[:8]}"
-    conn = pymysql.connect(host="127.0.0.1", user="root", database=mysql_db, autocommit=True,
+    conn = pymysql.connect(host=MYSQL_HOST, port=MYSQL_PORT, user="root",
+                           database=mysql_db, autocommit=True,
                            charset="utf8mb4")
     cols = ", ".join(f"`{n}` {ddl}" for n, (ddl, _) in COLUMNS.items())
     computed = ", ".join(f"`{n}` {ddl}" for n, (ddl, _) in COMPUTED.items())
