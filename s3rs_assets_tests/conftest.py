@@ -29,17 +29,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+#: The machine's MySQL server (S3RS_TEST_MYSQL_HOST/PORT), which the first worker uses.
+MACHINE_MYSQL = (os.environ.get("S3RS_TEST_MYSQL_HOST", "127.0.0.1"),
+                 int(os.environ.get("S3RS_TEST_MYSQL_PORT", "3306")))
+
+
 def _worker_mysql() -> tuple[str, int]:
-    """The MySQL server of this test process: the machine's (S3RS_TEST_MYSQL_HOST/PORT),
-    except on the second and later pytest-xdist workers, which start one of their own
-    (mariadb_instance.py says why). Decided at import, before any test module reads it."""
-    host = os.environ.get("S3RS_TEST_MYSQL_HOST", "127.0.0.1")
-    port = int(os.environ.get("S3RS_TEST_MYSQL_PORT", "3306"))
+    """The MySQL server of this test process: the machine's, except on the second and later
+    pytest-xdist workers, which start one of their own (mariadb_instance.py says why).
+    Decided at import, before any test module reads it."""
     if os.environ.get("PYTEST_XDIST_WORKER", "gw0") == "gw0":
-        return host, port
+        return MACHINE_MYSQL
     from s3rs_assets_tests import mariadb_instance
 
-    own = mariadb_instance.start(host, port, free_port())
+    own = mariadb_instance.start(*MACHINE_MYSQL, free_port())
     atexit.register(own.stop)
     os.environ["S3RS_TEST_MYSQL_HOST"], os.environ["S3RS_TEST_MYSQL_PORT"] = \
         "127.0.0.1", str(own.port)
