@@ -184,8 +184,11 @@ ZERO_DATES_COLUMN = "s3rs_null_dates"
 
 def invalid_date(q: str) -> str:
     """True for MySQL's zero date and zero-in-date values ('2024-00-15', '2024-02-00'),
-    which a lax sql_mode lets in and no other database can hold."""
-    return f"(MONTH({q}) = 0 OR DAYOFMONTH({q}) = 0)"
+    which a lax sql_mode lets in, and a day its month lacks ('2024-02-30', which
+    ALLOW_INVALID_DATES lets in): no other database can hold them, and connectorx panics on
+    them. LAST_DAY only for days past the 28th (MariaDB stops an AND at its first false)."""
+    return (f"(MONTH({q}) = 0 OR DAYOFMONTH({q}) = 0 OR "
+            f"(DAYOFMONTH({q}) > 28 AND DAYOFMONTH({q}) > DAYOFMONTH(LAST_DAY({q}))))")
 
 
 def null_if_invalid(col: SourceColumn) -> str:

@@ -1,8 +1,9 @@
-"""Zero-in-date cursor values never stop a table (issue 16 item 6).
+"""Zero-in-date cursor values, and days a month lacks, never stop a table (issue 16 item 6).
 
 MariaDB's default sql_mode accepts '2025-03-00 10:00:00' (and '2025-00-15', '0000-00-00').
 pymysql returns such a value as a string, so a position built from it failed validation and
-every sync of the table stopped before reading anything. Now the keyset reads skip them
+every sync of the table stopped before reading anything; ALLOW_INVALID_DATES lets in
+'2025-02-29' and '2025-04-31', on which connectorx panicked. Now the keyset reads skip them
 (`KeyColumns.readable`) and `source_counts` counts them with the zero dates: the rest of
 the table syncs exactly and the count shows in the metadata, the warnings and
 `watermark get`.
@@ -20,14 +21,19 @@ from s3rs_assets.cli.watermark import render_record
 from s3rs_assets.io_manager import store_for
 from s3rs_assets.names import metadata_facts
 from s3rs_assets.source import describe, first_row, plan_chunk
-from s3rs_assets.source.probes import zero_in_date_ranges
+from s3rs_assets.source.probes import invalid_date_ranges
 from s3rs_assets.watermark import Position
 from s3rs_assets_tests.helpers import resources, sync, table_cfg
 
 #: cursor values no position can hold, in every place they sort: before the start, between
-#: two real days of a synced window, between two months, at the end of a year
+#: two real days of a synced window, between two months, at the end of a year, a day its
+#: month lacks inside the window (2025 is no leap year), before it and after it
 ZERO_IN_DATE = ["0000-00-00", "2025-00-15", "2025-03-00 10:00:00", "2025-03-00", "2025-02-00",
-                "2025-13-00"]
+                "2025-13-00", "2025-02-29 10:00:00", "2025-02-31", "2024-02-30",
+                "2025-04-31 23:00:00"]
+#: MySQL's own test for them, independent of `types.invalid_date`
+INVALID = ("(MONTH(update_at) = 0 OR DAYOFMONTH(update_at) = 0 OR "
+           "DAYOFMONTH(update_at) > DAYOFMONTH(LAST_DAY(update_at)))")
 
 
 @pytest.mark.parametrize("cursor", ["DATETIME(6)", "DATE"])
@@ -37,7 +43,7 @@ def test_zero_in_date_cursors_are_counted_and_the_rest_syncs(
     conn = dropping_conn
     name = f"zero_in_date_{cursor.split('(')[0].lower()}"
     with conn.cursor() as cur:
-        cur.execute("SET SESSION sql_mode = ''")
+        cur.execute("SET SESSION sql_mode = 'ALLOW_INVALID_DATES'")
         cur.execute(f"CREATE TABLE `{name}` (id INT NOT NULL PRIMARY KEY, update_at {cursor} "
                     "NULL, note VARCHAR(10), KEY (update_at))")
         conn.made.append(name)
@@ -46,8 +52,7 @@ def test_zero_in_date_cursors_are_counted_and_the_rest_syncs(
         bad = [(100 + i, v) for i, v in enumerate(ZERO_IN_DATE)]
         for i, v in good + bad:
             cur.execute(f"INSERT INTO `{name}` VALUES (%s, %s, %s)", (i, v, f"n{i}"))
-        cur.execute(f"SELECT COUNT(*) FROM `{name}` WHERE MONTH(update_at) = 0 "
-                    "OR DAYOFMONTH(update_at) = 0")
+        cur.execute(f"SELECT COUNT(*) FROM `{name}` WHERE {INVALID}")
         zeros = cur.fetchone()[0]  # '2025-13-00' is refused even in lax mode: stored as 0
     assert zeros == len(ZERO_IN_DATE)
     cfg = table_cfg(mysql_db, name, cursor="update_at", chunk_rows=4,
@@ -72,8 +77,7 @@ def test_zero_in_date_cursors_are_counted_and_the_rest_syncs(
     assert metadata_facts(backup.materialization.metadata)["zero_date_cursor_rows"] == zeros
 
     with conn.cursor() as cur:
-        cur.execute(f"SELECT id, update_at, note FROM `{name}` WHERE NOT (MONTH(update_at) = 0 "
-                    "OR DAYOFMONTH(update_at) = 0) ORDER BY id")
+        cur.execute(f"SELECT id, update_at, note FROM `{name}` WHERE NOT {INVALID} ORDER BY id")
         mine = [tuple(r) for r in cur.fetchall()]
     with psycopg.connect(pg_url) as pg:
         theirs = [tuple(r) for r in pg.execute(
@@ -87,19 +91,21 @@ def test_zero_in_date_cursors_are_counted_and_the_rest_syncs(
     assert f"zero-date cursor:       {zeros}" in render_record(rec, cfg)
 
 
-def test_zero_in_date_ranges_are_index_ranges(mysql_conn):
+def test_invalid_date_ranges_are_index_ranges(mysql_conn):
     """The count between start and the bound is a range scan, never a scan of the rows."""
     with mysql_conn.cursor() as cur:
         cur.execute("CREATE TEMPORARY TABLE zr (id INT PRIMARY KEY, c DATETIME, KEY (c))")
-        cur.execute("SET SESSION sql_mode = ''")
+        cur.execute("SET SESSION sql_mode = 'ALLOW_INVALID_DATES'")
         cur.execute("INSERT INTO zr VALUES (1, '2025-03-00 10:00'), (2, '2025-03-01'), "
-                    "(3, '2024-00-05'), (4, '2026-07-00'), (5, '2024-12-31 23:59:59')")
-        where = zero_in_date_ranges("c", datetime(2024, 1, 1), datetime(2026, 1, 1))
+                    "(3, '2024-00-05'), (4, '2026-07-00'), (5, '2024-12-31 23:59:59'), "
+                    "(6, '2025-02-29 00:00'), (7, '2024-02-29 23:59:59'), "
+                    "(8, '2025-02-28 23:59:59'), (9, '2025-09-31 12:00'), (10, '2025-12-31')")
+        where = invalid_date_ranges("c", datetime(2024, 1, 1), datetime(2026, 1, 1))
         cur.execute(f"SELECT id FROM zr WHERE {where} ORDER BY id")
-        assert [r[0] for r in cur.fetchall()] == [1]
-        where = zero_in_date_ranges("c", datetime(2023, 1, 1), datetime(2027, 1, 1))
+        assert [r[0] for r in cur.fetchall()] == [1, 6, 9]
+        where = invalid_date_ranges("c", datetime(2023, 1, 1), datetime(2027, 1, 1))
         cur.execute(f"SELECT id FROM zr WHERE {where} ORDER BY id")
-        assert [r[0] for r in cur.fetchall()] == [1, 3, 4]
+        assert [r[0] for r in cur.fetchall()] == [1, 3, 4, 6, 9]
         cur.execute("INSERT INTO zr SELECT seq + 10, '2025-05-05' + INTERVAL seq MINUTE "
                     "FROM seq_1_to_5000")
         cur.execute("ANALYZE TABLE zr")

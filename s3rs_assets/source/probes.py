@@ -3,6 +3,7 @@ count of rows a run cannot read (`source_counts`)."""
 
 from __future__ import annotations
 
+import calendar
 import math
 from datetime import datetime
 
@@ -16,15 +17,18 @@ from s3rs_assets.types import invalid_date
 from s3rs_assets.watermark import Position, SourceCounts
 
 
-def zero_in_date_ranges(cursor: str, start: datetime, upper: datetime) -> str:
-    """Where zero-in-date values of `cursor` sort in [start, upper): 'Y-00-..' just before
-    'Y-01-01' and 'Y-M-00 ..' just before 'Y-M-01', as index ranges (13 per year), so
-    counting them costs no scan of the rows between."""
+def invalid_date_ranges(cursor: str, start: datetime, upper: datetime) -> str:
+    """Where the values `types.invalid_date` names sort in [start, upper), as index ranges
+    (up to 20 per year), so counting them costs no scan of the rows between: 'Y-00-..' just
+    before 'Y-01-01', 'Y-M-00 ..' just before 'Y-M-01', and the days a month lacks
+    ('Y-02-30', 'Y-04-31') after its last day's last instant and before 'Y-M+1-00'."""
     spans = []
     for y in range(start.year, upper.year + 1):
-        spans.append((f"{y:04d}-00-00", f"{y:04d}-01-01"))
-        spans += [(f"{y:04d}-{m:02d}-00", f"{y:04d}-{m:02d}-01") for m in range(1, 13)]
-    ranges = " OR ".join(f"({cursor} >= '{lo}' AND {cursor} < '{hi}')" for lo, hi in spans)
+        spans.append((">=", f"{y:04d}-00-00", f"{y:04d}-01-01"))
+        spans += [(">=", f"{y:04d}-{m:02d}-00", f"{y:04d}-{m:02d}-01") for m in range(1, 13)]
+        spans += [(">", f"{y:04d}-{m:02d}-{last:02d} 23:59:59.999999", f"{y:04d}-{m + 1:02d}-00")
+                  for m in range(1, 12) if (last := calendar.monthrange(y, m)[1]) < 31]
+    ranges = " OR ".join(f"({cursor} {op} '{lo}' AND {cursor} < '{hi}')" for op, lo, hi in spans)
     return f"{cursor} >= {literal(start)} AND {cursor} < {literal(upper)} AND ({ranges})"
 
 
@@ -32,9 +36,10 @@ def source_counts(
     conn: pymysql.connections.Connection, src: SourceTable, start: datetime, bound: SafetyBound
 ) -> SourceCounts:
     """Count the rows this run cannot read (see `SourceCounts`), with index range scans:
-    below `start` (NULL, zero dates, before start), the zero-in-date values between `start`
-    and the bound ('2026-11-00 10:00', which a lax sql_mode accepts and no position can
-    hold: counted with the zero dates, never read), and from the bound up."""
+    below `start` (NULL, zero dates, before start), the zero-in-date values and days a month
+    lacks between `start` and the bound ('2026-11-00 10:00', '2026-02-30', which a lax
+    sql_mode accepts and no position can hold: counted with the zero dates, never read), and
+    from the bound up."""
     c = mysql_quote(src.cursor)
     bad = invalid_date(c)
     with conn.cursor() as cur:
@@ -46,7 +51,7 @@ def source_counts(
         if start < bound.upper:
             cur.execute(
                 f"SELECT COUNT(*) FROM {src.qualified} WHERE "
-                f"{zero_in_date_ranges(c, start, bound.upper)}"
+                f"{invalid_date_ranges(c, start, bound.upper)}"
             )
             zero += int(cur.fetchone()[0] or 0)
         now = literal(bound.server_now)
