@@ -152,7 +152,8 @@ def test_readers_select_what_they_can_decode_exactly():
     whole = SourceColumn("n", "decimal", "decimal(18,0)", precision=18, scale=0)
     assert select_expr(whole, "connectorx") == "CAST(`n` * 1 AS SIGNED) AS `n`"
     assert select_expr(tm) == "CAST(`t` AS CHAR) AS `t`"
-    invalid = "IF((MONTH(`d`) = 0 OR DAYOFMONTH(`d`) = 0), NULL, `d`) AS `d`"
+    invalid = ("IF((MONTH(`d`) = 0 OR DAYOFMONTH(`d`) = 0 OR (DAYOFMONTH(`d`) > 28 AND "
+               "DAYOFMONTH(`d`) > DAYOFMONTH(LAST_DAY(`d`)))), NULL, `d`) AS `d`")
     assert select_expr(dt) == invalid
     # connectorx's non-key dates: one function per value (NULL for every date that is none)
     assert select_expr(dt, "connectorx") == "(`d` + INTERVAL 0 SECOND) AS `d`"
