@@ -48,7 +48,8 @@ def _binary(name: str) -> str:
     found = shutil.which(name) or shutil.which(name, path="/usr/sbin:/usr/local/sbin")
     if not found:
         raise RuntimeError(f"{name} not found: the second test worker needs a MariaDB server "
-                           "of its own (scripts/setup.sh installs mariadb-server)")
+                           "of its own (scripts/setup.sh installs mariadb-server), or run the "
+                           "tests in one process: S3RS_TEST_WORKERS=1 make test")
     return found
 
 
