@@ -275,6 +275,25 @@ class Browser:
         except self.rerendered:
             return
 
+    def click(self, text: str, prefix: bool = False, timeout: float = 30) -> None:
+        """Click the first button reading `text` (or starting with it). A dialog opening or
+        closing over it (the NUX's backdrop mid-animation) takes the click instead
+        (ElementClickInterceptedException, seen in CI): retried until the click lands."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.dismiss_nux()
+            try:
+                found = [b for b in self.driver.find_elements("tag name", "button")
+                         if (b.text.startswith(text) if prefix else b.text == text)]
+                if found:
+                    found[0].click()
+                    return
+                why = "no such button"
+            except self.rerendered as e:  # intercepted, stale: the page is still moving
+                why = e.msg
+            assert time.monotonic() < deadline, f"cannot click {text!r}: {why}"
+            time.sleep(0.5)
+
     def page(self, path: str, shot: str, ready: Callable[[list[str]], bool],
              timeout: float = 90) -> list[str]:
         self.driver.get(self.base + path)
@@ -360,9 +379,7 @@ def test_guard_and_dialog_pages(ui: UIStack, browser: Browser, backfill):
     browser.page(f"/locations/s3rs/sensors/{WATERMARK_GUARD}", "guard-ticks",
                  lambda ls: "Failure" in ls)
     # the failed tick's "View" opens its error: the guard's message
-    [view, *_] = [b for b in browser.driver.find_elements("tag name", "button")
-                  if b.text == "View"]
-    view.click()
+    browser.click("View")
     restored = f"RECOVERED {ui.db}.uib_lost"
     deadline = time.monotonic() + 30
     while not any(restored in ln for ln in browser.lines()):
@@ -371,9 +388,7 @@ def test_guard_and_dialog_pages(ui: UIStack, browser: Browser, backfill):
     browser.driver.save_screenshot(str(SHOTS / "guard-tick-error.png"))
     browser.page(f"/locations/s3rs/asset-groups/{ui.db}", "dialog",
                  lambda ls: any(ln.startswith("Materialize all") for ln in ls))
-    [button] = [b for b in browser.driver.find_elements("tag name", "button")
-                if b.text.startswith("Materialize all")]
-    button.click()
+    browser.click("Materialize all", prefix=True)
     deadline = time.monotonic() + 30
     while not any(re.match(r"Launch runs to materialize \d+ assets", ln)
                   for ln in browser.lines()):
