@@ -44,8 +44,6 @@ def _worker_mysql() -> tuple[str, int]:
 
     own = mariadb_instance.start(*MACHINE_MYSQL, free_port())
     atexit.register(own.stop)
-    os.environ["S3RS_TEST_MYSQL_HOST"], os.environ["S3RS_TEST_MYSQL_PORT"] = \
-        "127.0.0.1", str(own.port)
     return "127.0.0.1", own.port
 
 
