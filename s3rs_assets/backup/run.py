@@ -5,9 +5,10 @@ The cost of a run follows the rows it reads, not the calendar it spans:
 1. The safety bound `upper` is taken once per run, on the MySQL clock, before anything is
    planned (source.safety_bound); nothing at or above it is read by this run.
 2. From each partition's resume position (its window start, or its cursor when partial)
-   the next rows are planned with index-only queries: `plan_chunk` finds the end of the
-   next N rows inside one partition, and where a partition runs out, one `first_row` probe
-   finds the next row of the range and jumps over every empty partition before it.
+   the next rows are planned with index-only queries: `plan_read` finds the end of the
+   next N rows inside one partition (and, where the key follows the cursor, the span of
+   primary key each sub-range lies in), and where a partition runs out, one `first_row`
+   probe finds the next row of the range and jumps over every empty partition before it.
 3. Plans of several partitions are read together until a batch holds `chunk_rows` rows:
    one Spark job (`Extractor.read`) whose items are sub-ranges, each written as one object
    under its own partition's prefix, then verified in S3.
@@ -49,7 +50,7 @@ from s3rs_assets.backup.extract import Extractor, Item
 from s3rs_assets.cursor import ChunkPlan
 from s3rs_assets.errors import WatermarkConflict
 from s3rs_assets.retry import Retries
-from s3rs_assets.source import first_row, plan_chunk
+from s3rs_assets.source import first_row, plan_read
 from s3rs_assets.watermark import FileEntry, PartitionState, Position, WatermarkRecord, utcnow
 
 T = TypeVar("T")
@@ -216,7 +217,7 @@ class BackupRun:
                 plan = self._query(
                     f"planning a chunk of {slot.key}",
                     functools.partial(
-                        plan_chunk,
+                        plan_read,
                         src=self.ex.src,
                         start=slot.position,
                         upper=hi,

@@ -19,8 +19,10 @@ from s3rs_assets.source.probes import (
     last_row,
     nth_row,
     plan_chunk,
+    plan_read,
     plan_window,
     source_counts,
+    with_key_spans,
 )
 from s3rs_assets.source.table import SourceTable, check_clock, describe, describe_many
 
@@ -37,9 +39,11 @@ __all__ = [
     "last_row",
     "nth_row",
     "plan_chunk",
+    "plan_read",
     "plan_window",
     "safety_bound",
     "server_now",
     "server_utc",
     "source_counts",
+    "with_key_spans",
 ]

@@ -9,7 +9,7 @@ import pymysql
 
 from s3rs_assets.clock import is_utc, offsets, sample_instants, source_timezone
 from s3rs_assets.config import TableConfig
-from s3rs_assets.cursor import KeyColumns
+from s3rs_assets.cursor import KeyColumns, SubRange
 from s3rs_assets.errors import ConfigError, SourceSchemaError
 from s3rs_assets.identifiers import check_identifier, mysql_quote, mysql_table
 from s3rs_assets.types import (
@@ -36,6 +36,9 @@ class SourceTable:
     #: the narrowest index whose first column is the cursor and whose name is a plain
     #: identifier (None: no such index; reads go without the hint)
     cursor_index: str | None = None
+    #: the integer column that is the clustered (PRIMARY) index, when another index leads
+    #: with the cursor: a sub-range's rows may then be read by a span of it (`with_key_spans`)
+    span_column: str | None = None
 
     @property
     def read_from(self) -> str:
@@ -48,6 +51,16 @@ class SourceTable:
         if self.cursor_index is None:
             return self.qualified
         return f"{self.qualified} FORCE INDEX ({mysql_quote(self.cursor_index)})"
+
+    def read_from_for(self, rows: SubRange) -> str:
+        """`read_from`, or for a sub-range with a key span the table held to its primary
+        key: where the rows' keys follow their cursor (ids given in insertion order, the
+        common case), the span is about as many rows as the sub-range and lies in a few
+        adjacent pages, read in order without a lookup per row (mariadbd 5.4 -> 3.3 CPU-s
+        per 1M rows of the decimal bench table, `SELECT *`; 2026-11-28)."""
+        if rows.span is None:
+            return self.read_from
+        return f"{self.qualified} FORCE INDEX (`PRIMARY`)"
 
     @property
     def keys(self) -> KeyColumns:
@@ -71,7 +84,8 @@ class SourceTable:
     def select_list(self, reader: str = "jdbc") -> str:
         """What a reader selects: every carried column, then the zero-date count."""
         keys = (self.cursor, *self.primary_key)
-        exprs = [select_expr(c, reader, key=c.name in keys) for c in self.columns]
+        exprs = [select_expr(c, reader, key=c.name in keys, screened=c.name == self.cursor)
+                 for c in self.columns]
         zero = zero_dates_expr(self.columns, keys)
         return ", ".join([*exprs, zero] if zero else exprs)
 
@@ -200,8 +214,31 @@ def from_catalog(cfg: TableConfig, rows: list[tuple], indexes: list[tuple]) -> S
                 "s3rs needs the key to checkpoint and merge rows"
             )
     indexed = any(seq == 1 and col.lower() == cursor_col.name.lower() for _, seq, col in indexes)
-    return SourceTable(cfg.schema, cfg.table, columns, pk, cursor_col.name, indexed,
-                       cursor_index(indexes, cursor_col.name))
+    by_cursor = cursor_index(indexes, cursor_col.name)
+    return SourceTable(cfg.schema, cfg.table, columns, pk, cursor_col.name, indexed, by_cursor,
+                       span_column(indexes, by_cursor, by_name, cursor_col))
+
+
+#: the MySQL integer types a key span can walk (`span_column`)
+_INTEGERS = ("tinyint", "smallint", "mediumint", "int", "bigint")
+
+
+def span_column(
+    indexes: list[tuple], by_cursor: str | None, by_name: dict[str, SourceColumn],
+    cursor_col: SourceColumn,
+) -> str | None:
+    """The carried integer column that is the whole PRIMARY index, when a secondary index
+    leads with the cursor (InnoDB keeps the primary key in every secondary index entry, so a
+    sub-range's smallest and largest value of it are read from the cursor index alone).
+    One column: a span of it then holds at most as many rows as values (a composite key's
+    first column may hold the whole table in one value)."""
+    if by_cursor is None or by_cursor == "PRIMARY":
+        return None
+    primary = [col for name, _, col in indexes if name == "PRIMARY"]
+    col = by_name.get(primary[0].lower()) if len(primary) == 1 else None
+    if col is None or col.name == cursor_col.name or col.data_type not in _INTEGERS:
+        return None
+    return col.name
 
 
 def cursor_index(indexes: list[tuple], cursor: str) -> str | None:
