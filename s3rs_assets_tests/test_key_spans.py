@@ -130,7 +130,9 @@ def test_a_sync_by_spans_copies_the_table_exactly(
     res = resources(mysql_url, s3_resource, spark_resource, pg_url)
     with dg.instance_for_test() as instance:
         result = sync(cfg, res, partition="2025-03-04", instance=instance)
-    assert result.success
+        assert result.success
+        said = [e.user_message for e in instance.all_logs(result.run_id)]
+    assert any("sub-range(s) by primary key" in m for m in said)  # the run log tells
     with conn.cursor() as cur:
         cur.execute("SELECT id, update_at, amount, note FROM spans12k ORDER BY id")
         mine = [tuple(r) for r in cur.fetchall()]

@@ -382,10 +382,14 @@ class BackupRun:
                         "new cursor value)"
                     )
             if p.batch:
+                ranges = [r for plan, _ in p.batch for r in plan.ranges]
+                spans = sum(r.span is not None for r in ranges)
+                by_key = f", {spans} of {len(ranges)} sub-range(s) by primary key" if spans else ""
                 lines.append(
                     f"{self.table} {s.key}: chunk {s.run.chunks} {s.run.rows} rows in "
                     f"{read_seconds:.1f}s (plan {s.run.plan_seconds:.2f}s, checkpoint "
-                    f"{s.run.checkpoint_seconds:.2f}s so far), cursor -> {p.batch[-1][0].end}"
+                    f"{s.run.checkpoint_seconds:.2f}s so far{by_key}), cursor -> "
+                    f"{p.batch[-1][0].end}"
                 )
         self._note(lines)
 
