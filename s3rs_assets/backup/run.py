@@ -5,7 +5,7 @@ The cost of a run follows the rows it reads, not the calendar it spans:
 1. The safety bound `upper` is taken once per run, on the MySQL clock, before anything is
    planned (source.safety_bound); nothing at or above it is read by this run.
 2. From each partition's resume position (its window start, or its cursor when partial)
-   the next rows are planned with index-only queries: `plan_read` finds the end of the
+   the next rows are planned with index-only queries: `plan_chunk` finds the end of the
    next N rows inside one partition (and, where the key follows the cursor, the span of
    primary key each sub-range lies in), and where a partition runs out, one `first_row`
    probe finds the next row of the range and jumps over every empty partition before it.
@@ -50,7 +50,7 @@ from s3rs_assets.backup.extract import Extractor, Item
 from s3rs_assets.cursor import ChunkPlan
 from s3rs_assets.errors import WatermarkConflict
 from s3rs_assets.retry import Retries
-from s3rs_assets.source import first_row, plan_read
+from s3rs_assets.source import first_row, plan_chunk
 from s3rs_assets.watermark import FileEntry, PartitionState, Position, WatermarkRecord, utcnow
 
 T = TypeVar("T")
@@ -217,12 +217,13 @@ class BackupRun:
                 plan = self._query(
                     f"planning a chunk of {slot.key}",
                     functools.partial(
-                        plan_read,
+                        plan_chunk,
                         src=self.ex.src,
                         start=slot.position,
                         upper=hi,
                         rows=n,
                         parts=self.ex.parallelism,
+                        spans=True,
                     ),
                 )
                 slot.run.plan_seconds += time.monotonic() - t0

@@ -122,8 +122,10 @@ def plan_chunk(
     upper: datetime,
     rows: int,
     parts: int,
+    spans: bool = False,
 ) -> ChunkPlan | None:
-    """Find the next chunk's end and its sub-range seams with index-only probes.
+    """Find the next chunk's end and its sub-range seams with index-only probes (and, with
+    `spans`, the key spans a backup reads its large sub-ranges by: `with_key_spans`).
 
     The chunk is the next `rows` rows after `start` (fewer where the range runs out), cut
     into sub-ranges of `step` rows; the seams are the inclusive ends of disjoint
@@ -150,7 +152,8 @@ def plan_chunk(
         lo, done = end, done + want
     if not ranges:
         return None
-    return ChunkPlan(start=start, end=ranges[-1].end, rows=done, ranges=tuple(ranges))
+    plan = ChunkPlan(start=start, end=ranges[-1].end, rows=done, ranges=tuple(ranges))
+    return with_key_spans(conn, src, plan) if spans else plan
 
 
 #: a sub-range is read by its key span when the span holds at most this many key values
@@ -162,21 +165,9 @@ SPAN_PER_ROW = 2
 MIN_SPAN_ROWS = 2_000
 
 
-def plan_read(
-    conn: pymysql.connections.Connection,
-    src: SourceTable,
-    start: Position,
-    upper: datetime,
-    rows: int,
-    parts: int,
-) -> ChunkPlan | None:
-    """What a backup reads next: `plan_chunk`, its large sub-ranges with key spans."""
-    return with_key_spans(conn, src, plan_chunk(conn, src, start, upper, rows, parts))
-
-
 def with_key_spans(
-    conn: pymysql.connections.Connection, src: SourceTable, plan: ChunkPlan | None
-) -> ChunkPlan | None:
+    conn: pymysql.connections.Connection, src: SourceTable, plan: ChunkPlan
+) -> ChunkPlan:
     """`plan` with each large sub-range given its rows' smallest and largest `span_column`
     value, where that span is narrow (`SPAN_PER_ROW`): one query for the plan, from the
     cursor index alone (`SourceTable.read_from_for` then reads the span).
@@ -186,7 +177,7 @@ def with_key_spans(
     safety bound after planning, which the read would miss by a moment anyway (a straggler:
     `matches_mysql` counts it, reconcile copies it)."""
     col = src.span_column
-    if plan is None or col is None:
+    if col is None:
         return plan
     large = [i for i, r in enumerate(plan.ranges) if r.rows >= MIN_SPAN_ROWS]
     if not large:
