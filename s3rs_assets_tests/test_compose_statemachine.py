@@ -473,6 +473,16 @@ class Composition(RuleBasedStateMachine):
 def test_every_operation_composes(world, monkeypatch):
     Composition.world = world
     Composition.monkeypatch = monkeypatch
+    planned = {"sub-ranges": 0, "by key span": 0}
+    with_key_spans = probes.with_key_spans
+
+    def counted(conn, src, plan):
+        out = with_key_spans(conn, src, plan)
+        planned["sub-ranges"] += len(out.ranges)
+        planned["by key span"] += sum(r.span is not None for r in out.ranges)
+        return out
+
+    monkeypatch.setattr(probes, "with_key_spans", counted)
     t0 = time.monotonic()
     phases = list(Phase) if SHRINK else [Phase.explicit, Phase.reuse, Phase.generate]
     run_state_machine_as_test(Composition, settings=settings(
@@ -481,7 +491,8 @@ def test_every_operation_composes(world, monkeypatch):
     ))
     if TIMES:
         print(f"{world.examples} examples in {time.monotonic() - t0:.0f}s "
-              f"({(time.monotonic() - t0) / max(world.examples, 1):.1f}s per example)")
+              f"({(time.monotonic() - t0) / max(world.examples, 1):.1f}s per example); "
+              f"sub-ranges read: {planned}")
 
 
 @pytest.mark.slow
