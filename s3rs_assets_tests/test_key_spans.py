@@ -64,7 +64,7 @@ def test_a_span_reads_the_rows_the_cursor_index_reads(spans_table, chunk, parts)
     assert src.span_column == "id"
     pos, seen, spanned, plain = Position(c=DAY), [], 0, 0
     with conn.cursor() as cur:
-        while (plan := plan_chunk(conn, src, pos, UPPER, chunk, parts, spans=True)) is not None:
+        while (plan := plan_chunk(conn, src, pos, UPPER, chunk, parts, read=True)) is not None:
             assert plan == replace(plan_chunk(conn, src, pos, UPPER, chunk, parts),
                                    ranges=plan.ranges)
             for r in plan.ranges:
@@ -125,7 +125,7 @@ def test_a_sync_by_spans_copies_the_table_exactly(
     conn, src = spans_table
     insert_rows(conn, "spans12k", [(2_000_000 + i, DAY + timedelta(hours=3)) for i in range(40)])
     cfg = table_cfg(mysql_db, "spans12k", chunk_rows=5000, target="dw_spans.spans12k")
-    plan = plan_chunk(conn, src, Position(c=DAY), UPPER, 5000, 2, spans=True)
+    plan = plan_chunk(conn, src, Position(c=DAY), UPPER, 5000, 2, read=True)
     assert plan is not None and any(r.span for r in plan.ranges)
     res = resources(mysql_url, s3_resource, spark_resource, pg_url)
     with dg.instance_for_test() as instance:

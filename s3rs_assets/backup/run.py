@@ -223,7 +223,7 @@ class BackupRun:
                         upper=hi,
                         rows=n,
                         parts=self.ex.parallelism,
-                        spans=True,
+                        read=True,
                     ),
                 )
                 slot.run.plan_seconds += time.monotonic() - t0

@@ -11,10 +11,11 @@ from datetime import datetime
 import pymysql
 
 from s3rs_assets.cursor import ChunkPlan, KeySpan, SubRange, after, below, literal
+from s3rs_assets.errors import IntegrityError
 from s3rs_assets.identifiers import mysql_quote
 from s3rs_assets.source.bound import SafetyBound
 from s3rs_assets.source.table import SourceTable
-from s3rs_assets.types import invalid_date
+from s3rs_assets.types import TEMPORAL, invalid_date
 from s3rs_assets.watermark import Position, SourceCounts
 
 
@@ -122,10 +123,12 @@ def plan_chunk(
     upper: datetime,
     rows: int,
     parts: int,
-    spans: bool = False,
+    read: bool = False,
 ) -> ChunkPlan | None:
-    """Find the next chunk's end and its sub-range seams with index-only probes (and, with
-    `spans`, the key spans a backup reads its large sub-ranges by: `with_key_spans`).
+    """Find the next chunk's end and its sub-range seams with index-only probes; with `read`
+    also what a backup needs before reading it: the key spans it reads its large sub-ranges
+    by (`with_key_spans`) and the refusal of dates no warehouse holds in a key column
+    (`refuse_invalid_key_dates`).
 
     The chunk is the next `rows` rows after `start` (fewer where the range runs out), cut
     into sub-ranges of `step` rows; the seams are the inclusive ends of disjoint
@@ -153,7 +156,47 @@ def plan_chunk(
     if not ranges:
         return None
     plan = ChunkPlan(start=start, end=ranges[-1].end, rows=done, ranges=tuple(ranges))
-    return with_key_spans(conn, src, plan) if spans else plan
+    if not read:
+        return plan
+    refuse_invalid_key_dates(conn, src, plan, upper)
+    return with_key_spans(conn, src, plan)
+
+
+def refuse_invalid_key_dates(
+    conn: pymysql.connections.Connection, src: SourceTable, plan: ChunkPlan, upper: datetime
+) -> None:
+    """Raise IntegrityError, before anything of the chunk is read, when a row of it holds
+    a date no other database can hold ('0000-00-00', '2025-00-15', '2025-02-30': a lax
+    sql_mode lets them in) in a DATE/DATETIME/TIMESTAMP primary-key column: connectorx
+    would read it as NULL, which no key may be (the load then failed on a NOT NULL
+    violation that named neither the row nor the cause), and the JDBC driver rolls
+    '2025-00-15' over to another date, a silently wrong key. Every primary-key column is
+    in every InnoDB index entry: the count walks the cursor index, no row is read. Tables
+    without such a column pay nothing."""
+    cols = [c.name for c in src.columns if c.name in src.primary_key and c.data_type in TEMPORAL]
+    if not cols:
+        return
+    keys = src.keys
+    chunk = SubRange(plan.start, plan.end, plan.rows).predicate(keys)
+    test = " OR ".join(invalid_date(mysql_quote(c)) for c in cols)
+    count = f"SELECT COUNT(*), MIN({keys.quoted[0]}) FROM {src.read_from} WHERE "
+    with conn.cursor() as cur:
+        cur.execute(f"{count}{chunk} AND ({test})")
+        if not cur.fetchone()[0]:
+            return
+        # the message counts them up to the bound (a walk of the rest, once, on failure)
+        cur.execute(f"{count}{after(plan.start, keys)} AND {below(upper, keys)} AND ({test})")
+        n, first = cur.fetchone()
+    if n:
+        names = ", ".join(cols)
+        raise IntegrityError(
+            f"{src.schema}.{src.table}: {n} row(s) from {src.cursor} {first} on hold a date no "
+            f"warehouse can hold in primary-key column(s) {names} ('0000-00-00', a zero month "
+            "or day, or a day its month lacks such as '2025-02-30'), so their key cannot be "
+            "copied; nothing from there on was read. Correct those rows in MySQL (SELECT "
+            f"... WHERE {test} finds them), or set primary_key in tables.yaml to columns "
+            "without such dates: the next sync goes on from where this one stopped"
+        )
 
 
 #: a sub-range is read by its key span when the span holds at most this many key values
