@@ -81,11 +81,9 @@ from typing import Literal
 
 from s3rs_assets.identifiers import mysql_quote, pg_quote
 from s3rs_assets.load import LoadTarget
-from s3rs_assets.types import TEMPORAL, SourceColumn
+from s3rs_assets.types import INTEGER_TYPES, TEMPORAL, SourceColumn
 
 Side = Literal["mysql", "postgres", "redshift"]
-#: integer types (MySQL's data_type); TINYINT(1) is a boolean, not one of them
-INTEGER_TYPES = ("tinyint", "smallint", "mediumint", "int", "integer", "bigint")
 
 #: the prime modulus
 P = 2**31 - 1

@@ -177,6 +177,8 @@ def column_type(col: SourceColumn) -> ColumnType:
 
 
 TEMPORAL = ("datetime", "timestamp", "date")
+#: integer types (MySQL's data_type); TINYINT(1) is a boolean, not one of them
+INTEGER_TYPES = ("tinyint", "smallint", "mediumint", "int", "integer", "bigint")
 #: the extra column a reader selects: how many of the row's non-key date columns MySQL
 #: itself holds as NULL (the zero dates are the other NULLs read there: `zero_dates_expr`)
 ZERO_DATES_COLUMN = "s3rs_null_dates"

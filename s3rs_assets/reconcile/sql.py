@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from s3rs_assets.identifiers import mysql_quote, mysql_table, pg_quote, pg_table
-from s3rs_assets.int_hash import INTEGER_TYPES, IntHashSQL, Side, is_integer
+from s3rs_assets.int_hash import IntHashSQL, Side, is_integer
 from s3rs_assets.load import LoadTarget
 from s3rs_assets.load.sql import warehouse_type
 from s3rs_assets.reconcile.keys import Segment, Split
-from s3rs_assets.types import SPATIAL, TEMPORAL, SourceColumn, invalid_date
+from s3rs_assets.types import INTEGER_TYPES, SPATIAL, TEMPORAL, SourceColumn, invalid_date
 from s3rs_assets.verify import (
     mysql_field,
     mysql_hash_field,

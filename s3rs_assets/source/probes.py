@@ -170,9 +170,9 @@ def refuse_invalid_key_dates(
     sql_mode lets them in) in a DATE/DATETIME/TIMESTAMP primary-key column: connectorx
     would read it as NULL, which no key may be (the load then failed on a NOT NULL
     violation that named neither the row nor the cause), and the JDBC driver rolls
-    '2025-00-15' over to another date, a silently wrong key. Every primary-key column is
-    in every InnoDB index entry: the count walks the cursor index, no row is read. Tables
-    without such a column pay nothing."""
+    '2025-00-15' over to another date, a silently wrong key. When the key is the table's
+    PRIMARY key (in every InnoDB index entry) the count walks the cursor index and reads no
+    row. Tables without such a column pay nothing."""
     cols = [c.name for c in src.columns if c.name in src.primary_key and c.data_type in TEMPORAL]
     if not cols:
         return

@@ -13,6 +13,7 @@ from s3rs_assets.cursor import KeyColumns, SubRange
 from s3rs_assets.errors import ConfigError, SourceSchemaError
 from s3rs_assets.identifiers import check_identifier, mysql_quote, mysql_table
 from s3rs_assets.types import (
+    INTEGER_TYPES,
     TEMPORAL,
     SourceColumn,
     column_type,
@@ -219,10 +220,6 @@ def from_catalog(cfg: TableConfig, rows: list[tuple], indexes: list[tuple]) -> S
                        span_column(indexes, by_cursor, by_name, cursor_col))
 
 
-#: the MySQL integer types a key span can walk (`span_column`)
-_INTEGERS = ("tinyint", "smallint", "mediumint", "int", "bigint")
-
-
 def span_column(
     indexes: list[tuple], by_cursor: str | None, by_name: dict[str, SourceColumn],
     cursor_col: SourceColumn,
@@ -236,7 +233,7 @@ def span_column(
         return None
     primary = [col for name, _, col in indexes if name == "PRIMARY"]
     col = by_name.get(primary[0].lower()) if len(primary) == 1 else None
-    if col is None or col.name == cursor_col.name or col.data_type not in _INTEGERS:
+    if col is None or col.name == cursor_col.name or col.data_type not in INTEGER_TYPES:
         return None
     return col.name
 
