@@ -36,17 +36,34 @@ INVALID = ("(MONTH(update_at) = 0 OR DAYOFMONTH(update_at) = 0 OR "
            "DAYOFMONTH(update_at) > DAYOFMONTH(LAST_DAY(update_at)))")
 
 
+def lax_table(conn, name: str, columns: str) -> None:
+    """`name` made on a connection whose sql_mode lets such dates in (its later INSERTs
+    too), dropped after the test (`dropping_conn`)."""
+    with conn.cursor() as cur:
+        cur.execute("SET SESSION sql_mode = 'ALLOW_INVALID_DATES'")
+        cur.execute(f"CREATE TABLE `{name}` ({columns})")
+    conn.made.append(name)
+
+
+def both_sides(conn, pg_url: str, mysql_sql: str, warehouse_sql: str) -> tuple[list, list]:
+    """(MySQL's rows, the warehouse's rows) as tuples."""
+    with conn.cursor() as cur:
+        cur.execute(mysql_sql)
+        mine = [tuple(r) for r in cur.fetchall()]
+    with psycopg.connect(pg_url) as pg:
+        theirs = [tuple(r) for r in pg.execute(warehouse_sql).fetchall()]
+    return mine, theirs
+
+
 @pytest.mark.parametrize("cursor", ["DATETIME(6)", "DATE"])
 def test_zero_in_date_cursors_are_counted_and_the_rest_syncs(
     dropping_conn, mysql_db, mysql_url, pg_url, s3_resource, spark_resource, cursor
 ):
     conn = dropping_conn
     name = f"zero_in_date_{cursor.split('(')[0].lower()}"
+    lax_table(conn, name, f"id INT NOT NULL PRIMARY KEY, update_at {cursor} NULL, "
+              "note VARCHAR(10), KEY (update_at)")
     with conn.cursor() as cur:
-        cur.execute("SET SESSION sql_mode = 'ALLOW_INVALID_DATES'")
-        cur.execute(f"CREATE TABLE `{name}` (id INT NOT NULL PRIMARY KEY, update_at {cursor} "
-                    "NULL, note VARCHAR(10), KEY (update_at))")
-        conn.made.append(name)
         good = [(i, f"2025-02-{27 + i % 2} {10 + i % 3}:00:00") for i in range(20)]
         good += [(i, f"2025-03-01 0{i % 3}:00:00") for i in range(20, 30)]
         bad = [(100 + i, v) for i, v in enumerate(ZERO_IN_DATE)]
@@ -76,12 +93,9 @@ def test_zero_in_date_cursors_are_counted_and_the_rest_syncs(
                  if m.asset_key.path[-1] == "s3_parquet"][-1:]
     assert metadata_facts(backup.materialization.metadata)["zero_date_cursor_rows"] == zeros
 
-    with conn.cursor() as cur:
-        cur.execute(f"SELECT id, update_at, note FROM `{name}` WHERE NOT {INVALID} ORDER BY id")
-        mine = [tuple(r) for r in cur.fetchall()]
-    with psycopg.connect(pg_url) as pg:
-        theirs = [tuple(r) for r in pg.execute(
-            f"SELECT id, update_at, note FROM dw_zero.{name} ORDER BY id").fetchall()]
+    mine, theirs = both_sides(
+        conn, pg_url, f"SELECT id, update_at, note FROM `{name}` WHERE NOT {INVALID} ORDER BY id",
+        f"SELECT id, update_at, note FROM dw_zero.{name} ORDER BY id")
     assert theirs == mine and len(mine) == len(good)
 
     rec = store_for(s3_resource).read(cfg.name, fresh=True)
@@ -123,11 +137,9 @@ def test_a_date_no_warehouse_holds_in_a_key_column_stops_the_table_with_its_caus
     checkpointed, and once the rows are corrected the next sync copies the table exactly."""
     conn = dropping_conn
     name = f"key_date_{key.split('(')[0].lower()}"
+    lax_table(conn, name, f"d {key} NOT NULL, n INT NOT NULL, update_at DATETIME(6) NOT NULL, "
+              "PRIMARY KEY (d, n), KEY (update_at)")
     with conn.cursor() as cur:
-        cur.execute("SET SESSION sql_mode = 'ALLOW_INVALID_DATES'")
-        cur.execute(f"CREATE TABLE `{name}` (d {key} NOT NULL, n INT NOT NULL, "
-                    "update_at DATETIME(6) NOT NULL, PRIMARY KEY (d, n), KEY (update_at))")
-        conn.made.append(name)
         days = ["2025-03-01", "2025-03-02", "0000-00-00", "2025-02-30", "2025-03-00",
                 "2025-03-03", "2025-00-15", "2025-03-04"]
         for i, d in enumerate(days):
@@ -154,10 +166,6 @@ def test_a_date_no_warehouse_holds_in_a_key_column_stops_the_table_with_its_caus
         assert cur.rowcount == 4
     with dg.instance_for_test() as instance:
         assert sync(cfg, res, partition="2025-03-04", instance=instance).success
-    with conn.cursor() as cur:
-        cur.execute(f"SELECT d, n, update_at FROM `{name}` ORDER BY n")
-        mine = [tuple(r) for r in cur.fetchall()]
-    with psycopg.connect(pg_url) as pg:
-        theirs = [tuple(r) for r in pg.execute(
-            f"SELECT d, n, update_at FROM dw_keydate.{name} ORDER BY n").fetchall()]
+    mine, theirs = both_sides(conn, pg_url, f"SELECT d, n, update_at FROM `{name}` ORDER BY n",
+                              f"SELECT d, n, update_at FROM dw_keydate.{name} ORDER BY n")
     assert theirs == mine and len(mine) == len(days)
