@@ -186,7 +186,7 @@ def test_sub_range_reads_walk_the_cursor_index(ties_table):
 
     conn, src = ties_table
     assert src.cursor_index == "update_at"
-    plan = plan_chunk(conn, src, Position(c=DAY), UPPER, 10_000, 2)
+    plan = plan_chunk(conn, src, Position(c=DAY), UPPER, 10_000, 2, read=True)
     assert plan is not None and len(plan.ranges) == 2
     # ids interleave across the timestamps: each half spans the whole table's ids
     assert src.span_column == "id" and [r.span for r in plan.ranges] == [None, None]
