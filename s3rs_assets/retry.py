@@ -64,9 +64,11 @@ WAREHOUSE_TRANSIENT = {
 #: What a failed Spark job says when a task's MySQL connection was lost (connectorx or JDBC
 #: inside the task): Spark wraps the task's error in text, so text is all there is. MySQL's
 #: signals only: a task's S3 errors were retried by botocore already (one layer).
+#: "bytes remaining on stream": connectorx's MySQL client when the connection closed in the
+#: middle of a packet (a KILL while rows were streaming).
 _SPARK_TRANSIENT = re.compile(
     r"server disconnected|connection was killed|lost connection to|server has gone away"
-    r"|communications link failure|unexpected end of stream"
+    r"|communications link failure|unexpected end of stream|bytes remaining on stream"
     r"|deadlock found|lock wait timeout"
     r"|\b(?:ERROR|errno|code:?)\s*\(?(?:1205|1213|1927|2006|2013)\b",
     re.IGNORECASE,

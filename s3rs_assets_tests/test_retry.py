@@ -176,61 +176,76 @@ def test_both_assets_carry_the_retry_policy(mysql_db):
         assert by_key[asset_key(cfg, stage)].op.retry_policy == RETRY_POLICY
 
 
-def _sleeper(url: str):
+#: What a task reads while its connection is killed: a query still running on the server
+#: (no row sent yet), or rows streaming to the client (the kill lands mid-packet: connectorx
+#: then says "bytes remaining on stream", JDBC "Communications link failure").
+PHASES = {
+    "running": ("SELECT SLEEP(30) AS s, '' AS pad", 0.0),
+    "streaming": ("SELECT seq AS s, REPEAT('x', 500) AS pad FROM seq_1_to_2000000", 0.3),
+}
+
+
+def _reader(url: str, sql: str):
     def run(batches):
         import connectorx as cx
 
         for _ in batches:
-            yield cx.read_sql(url, "SELECT SLEEP(30) AS s", return_type="arrow").to_batches()[0]
+            yield cx.read_sql(url, sql, return_type="arrow").select(["s"]).to_batches()[0]
 
     return run
 
 
-def _sleeper_rows(url: str):
+def _reader_rows(url: str, sql: str):
     def run(parts):
         import connectorx as cx
 
         for _ in parts:
-            yield cx.read_sql(url, "SELECT SLEEP(30) AS s", return_type="arrow").num_rows
+            yield cx.read_sql(url, sql, return_type="arrow").num_rows
 
     return run
 
 
+@pytest.mark.parametrize("phase", list(PHASES))
 @pytest.mark.parametrize("reader", ["jdbc", "connectorx", "connectorx-rdd"])
-def test_a_spark_read_losing_its_connection_is_transient(reader, mysql_db, mysql_url,
+def test_a_spark_read_losing_its_connection_is_transient(reader, phase, mysql_db, mysql_url,
                                                          spark_resource):
     """A Spark job whose task's MySQL connection is killed (JDBC, or connectorx inside the
-    task of a DataFrame or an RDD job) fails with an error the classifier names transient:
-    the batch is read again."""
+    task of a DataFrame or an RDD job), while its query runs or while its rows stream, fails
+    with an error the classifier names transient: the batch is read again."""
     session = spark_resource.session()
     mysql = MySQLResource(url=mysql_url)
+    sql, wait = PHASES[phase]
     killed: list[int] = []
 
-    def kill_the_sleeper() -> None:
+    def kill_the_reader() -> None:
         with _connect() as k, k.cursor() as cur:
             for _ in range(200):
                 cur.execute("SELECT ID FROM information_schema.PROCESSLIST WHERE DB = %s "
-                            "AND INFO LIKE %s", (mysql_db, "%SLEEP(30)%"))
+                            "AND INFO LIKE %s", (mysql_db, f"%{sql[:30]}%"))
                 ids = [r[0] for r in cur.fetchall()]
                 if ids:
+                    time.sleep(wait)
                     for i in ids:
                         cur.execute(f"KILL {int(i)}")
                     killed.extend(ids)
                     return
                 time.sleep(0.1)
 
-    t = threading.Thread(target=kill_the_sleeper)
+    t = threading.Thread(target=kill_the_reader)
     t.start()
     with pytest.raises(Exception) as info:  # noqa: PT011 - Spark's own exception classes
         if reader == "jdbc":
-            session.read.jdbc(mysql.jdbc_url(), "(SELECT SLEEP(30) AS s) AS t",
-                              properties=mysql.jdbc_properties()).collect()
+            # every column read (a pruned read of `s` alone would end before the kill),
+            # streamed (fetchsize), summed in the JVM
+            session.read.jdbc(mysql.jdbc_url(), f"({sql}) AS t",
+                              properties={**mysql.jdbc_properties(), "fetchsize": "10000"}
+                              ).selectExpr("sum(length(pad))").collect()
         elif reader == "connectorx":
-            session.range(0, 1, 1, 1).mapInArrow(_sleeper(mysql.connectorx_url()),
+            session.range(0, 1, 1, 1).mapInArrow(_reader(mysql.connectorx_url(), sql),
                                                  "s long").collect()
         else:  # Extractor.read's job on a classic session
             session.sparkContext.parallelize(range(1), 1).mapPartitions(
-                _sleeper_rows(mysql.connectorx_url())).collect()
+                _reader_rows(mysql.connectorx_url(), sql)).collect()
     t.join(timeout=60)
     assert killed
     assert (retry.kind(info.value) or "").startswith("spark read"), str(info.value)[:2000]
