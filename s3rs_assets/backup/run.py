@@ -298,8 +298,18 @@ class BackupRun:
         )
 
     def _query(self, what: str, query: Callable[[Any], T]) -> T:
-        """A MySQL query of the run, re-run on a new connection after a transient error."""
-        return self.ex.mysql.run(f"{self.table}: {what}", query, self.retries, self.log)
+        """A planning query of the run, re-run on a new connection after a transient error.
+        When it fails for good (a key date refused, MySQL gone), the batch being read is
+        checkpointed first if its read succeeds: every batch before it is checkpointed
+        already (`_write`), so the next run goes on after it instead of reading it again."""
+        try:
+            return self.ex.mysql.run(f"{self.table}: {what}", query, self.retries, self.log)
+        except Exception:
+            try:
+                self._finish()
+            except Exception as e:  # noqa: BLE001 - the planning error is the one to raise
+                self.log(f"{self.table}: the batch in flight is not checkpointed: {e}")
+            raise
 
     # ------------------------------------------------------------ read + write
 
