@@ -178,7 +178,7 @@ def test_both_assets_carry_the_retry_policy(mysql_db):
 
 #: What a task reads while its connection is killed: a query still running on the server
 #: (no row sent yet), or rows streaming to the client (the kill lands mid-packet: connectorx
-#: then says "bytes remaining on stream", JDBC "Communications link failure").
+#: then says "bytes remaining on stream").
 PHASES = {
     "running": ("SELECT SLEEP(30) AS s, '' AS pad", 0.0),
     "streaming": ("SELECT seq AS s, REPEAT('x', 500) AS pad FROM seq_1_to_2000000", 0.3),
