@@ -106,6 +106,7 @@ def start_session(spark_config: dict[str, Any], jvm_tuning: str | None, jdbc_rea
         if local and not _jvm_running():  # the JVM this process launches (and its executors)
             opts, pending = local_jvm_options(jvm_tuning, jdbc_reads, jars, conf.get(key))
             conf[key] = jvm_options.append(conf.get(key), opts)
+            launch_relayed(conf)
         builder = SparkSession.builder
         for k, v in conf.items():
             builder = builder.config(k, v)
@@ -116,6 +117,50 @@ def start_session(spark_config: dict[str, Any], jvm_tuning: str | None, jdbc_rea
     # zones, so `Extractor` checks them before each JDBC read of a DATETIME/TIMESTAMP table
     # (the session may have changed since; connectorx reads do not depend on them).
     return session
+
+
+def launch_relayed(conf: dict[str, Any]) -> None:
+    """Launch PySpark's gateway JVM as `getOrCreate` would (the same spark-submit command
+    line), its stdout and stderr relayed through this process instead of inherited.
+
+    An inherited descriptor keeps a caller's pipe open until the JVM has run Spark's
+    shutdown hooks, ~0.5 s after this process exits: `s3rs sync | tee`, a CI step or a
+    benchmark capturing the output waited for them. Relayed, the output reads the same
+    while s3rs runs, and the pipe closes when s3rs exits (what the JVM prints after
+    that, its shutdown, is dropped)."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    sconf = SparkConf(loadDefaults=False)
+    sconf.setAll(list(conf.items()))
+    pipes = [os.pipe() for _ in range(2)]
+    try:
+        gateway = launch_gateway(
+            sconf, popen_kwargs={"stdout": pipes[0][1], "stderr": pipes[1][1]}
+        )
+    except BaseException:
+        for r, _ in pipes:
+            os.close(r)
+        raise
+    finally:
+        for _, w in pipes:
+            os.close(w)
+    for (r, _), to in zip(pipes, (1, 2), strict=True):
+        threading.Thread(target=_relay, args=(r, to), name="s3rs-jvm-output",
+                         daemon=True).start()
+    SparkContext._ensure_initialized(gateway=gateway)
+
+
+def _relay(source: int, to: int) -> None:
+    """Copy the JVM's output to this process's descriptor `to` until the JVM closes it."""
+    try:
+        while chunk := os.read(source, 65536):
+            while chunk:
+                chunk = chunk[os.write(to, chunk):]
+    except OSError:  # our stdout/stderr went away: the JVM's output has nowhere to go
+        pass
+    finally:
+        os.close(source)
 
 
 def _jvm_running() -> bool:

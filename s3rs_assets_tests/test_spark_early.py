@@ -56,9 +56,20 @@ except SystemExit as e:
 seen["code"] = code
 seen["modules"] = sorted(sys.modules)
 if "pyspark" in sys.modules:
+    import os, threading
     from pyspark import SparkContext
     if SparkContext._gateway is not None:
-        seen["jvm"].append(SparkContext._gateway.proc.pid)
+        proc = SparkContext._gateway.proc
+        seen["jvm"].append(proc.pid)
+        seen["jvm_fds"] = [os.readlink(f"/proc/{proc.pid}/fd/{n}") for n in (1, 2)]
+        seen["own_fds"] = [os.readlink(f"/proc/self/fd/{n}") for n in (1, 2)]
+        SparkContext._jvm.System.err.println("JVM-SAYS-HELLO")
+        # the JVM ends when its stdin closes; its output is relayed to the end
+        proc.stdin.close()
+        proc.wait(timeout=120)
+        for t in threading.enumerate():
+            if t.name == "s3rs-jvm-output":
+                t.join(timeout=60)
 sys.stderr.write("\\nPROBE " + json.dumps(seen) + "\\n")
 """
 
@@ -156,6 +167,10 @@ def test_sync_starts_spark_before_dagster_and_the_step_takes_that_session(stack)
     assert seen["sessions"] == 1, out  # one session built: the step did not build its own
     assert len(seen["jvm"]) == 1, out
     assert all(_gone(pid) for pid in seen["jvm"]), "a JVM outlived the command"
+    # the JVM holds none of the command's output descriptors (a caller's pipe closes when
+    # s3rs exits, not after Spark's shutdown hooks), yet what it prints reaches stderr
+    assert not set(seen["jvm_fds"]) & set(seen["own_fds"]), seen
+    assert "JVM-SAYS-HELLO" in out, out
 
 
 @pytest.mark.slow
