@@ -28,6 +28,8 @@ from typing import Any, Literal
 import dagster as dg
 from pydantic import Field
 
+from s3rs_assets import check_ahead
+from s3rs_assets.check_ahead import synced_windows
 from s3rs_assets.config import TableConfig
 from s3rs_assets.io_manager import store_for
 from s3rs_assets.load import loaded_since
@@ -51,27 +53,6 @@ from s3rs_assets.verify import PartitionCheck, verify_table
 from s3rs_assets.waiting import count_windows
 from s3rs_assets.warehouse import FirstAttempt, WarehouseResource
 from s3rs_assets.watermark import WatermarkRecord
-
-
-def synced_windows(
-    pdef: dg.TimeWindowPartitionsDefinition, keys: list[str], record: WatermarkRecord | None
-) -> list[tuple[str, datetime, datetime]]:
-    """What the backup claims to have copied, per partition: a complete partition's whole
-    window; a partial one's window up to its cursor's timestamp, exclusive. Rows after the
-    cursor (above the safety bound, past a --limit) are the next sync's work, not a
-    mismatch; rows sharing the cursor's timestamp are compared once the partition moves
-    on (comparing them by key would depend on each database's collation)."""
-    out = []
-    for key in keys:
-        start, end = window(pdef, key)
-        state = record.partitions.get(key) if record else None
-        if state is None:
-            continue
-        if state.status != "complete":
-            end = min(end, state.cursor.c) if state.cursor is not None else start
-        if start < end:
-            out.append((key, start, end))
-    return out
 
 
 def backup_complete_result(
@@ -121,11 +102,13 @@ def compare_with_mysql(
     run_id: str,
     warn: Any,
     moved_since: datetime | None,
+    known: dict | None = None,
 ) -> tuple[list[str], dg.AssetCheckResult]:
     """`matches_mysql` over `scope` (the partitions compared, and the result). With
     `moved_since` (a sync run: the check step or the catch-up op), only the partitions the
     run loaded files into since then; a dropped connection is reopened and the comparison
-    run again (retry.py)."""
+    run again (retry.py). `known`: MySQL's side of some windows, computed while the run
+    loaded (check_ahead.py)."""
     pdef = partitions_def(table)
     windows = synced_windows(pdef, scope, record)
     target = load_target(table, mysql, run_id=run_id)
@@ -140,7 +123,7 @@ def compare_with_mysql(
             wconn = spare.take()
             try:
                 return (
-                    verify_table(conn, warehouse, target, table, windows, wconn),
+                    verify_table(conn, warehouse, target, table, windows, wconn, known),
                     sum(count_windows(conn, table, not_compared(pdef, scope, windows))),
                 )
             finally:
@@ -260,9 +243,10 @@ def build_checks(table: TableConfig) -> list[dg.AssetChecksDefinition]:
         record = store_for(s3, context.run.run_id, context.instance).read(table.name)
         sync_run = context.has_partition_key_range or context.has_partition_key
         since = run_started(context.instance, context.run.run_id) if sync_run else None
+        known = check_ahead.take(context.run.run_id, table) if sync_run else None
         return compare_with_mysql(
             table, _scope(context, pdef, record), record, mysql, warehouse,
-            context.run.run_id, context.log.warning, since,
+            context.run.run_id, context.log.warning, since, known,
         )[1]
 
     @dg.asset_check(

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import dagster as dg
 
+from s3rs_assets import check_ahead
 from s3rs_assets.config import TableConfig
 from s3rs_assets.io_manager import store_for
 from s3rs_assets.load import LoadTarget, load_partitions
@@ -28,6 +29,7 @@ from s3rs_assets.names import (
     pool_name,
     shared_signature,
 )
+from s3rs_assets.partitions import partitions_def
 from s3rs_assets.resources import MySQLResource, S3Resource
 from s3rs_assets.retry import Retries
 from s3rs_assets.source import SourceTable, describe
@@ -129,6 +131,12 @@ def run_load(
     t0 = time.monotonic()
     retries = Retries()
     target = load_target(table, mysql, retries, context.log.warning, context.run_id)
+    if check_ahead.check_follows(context, table):
+        # MySQL's side of this run's check, while the warehouse loads (check_ahead.py)
+        record = store_for(s3, context.run_id, context.instance).read(table.name)
+        keys = check_ahead.to_load(context.partition_keys, files, record)
+        check_ahead.start(context.run_id, table, target, mysql, check_ahead.synced_windows(
+            partitions_def(table), keys, record))
     partitions: dict[str, PartitionLoad] = {}
     try:
         for batch in load_batches(context.partition_keys, files):

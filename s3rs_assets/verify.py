@@ -27,7 +27,7 @@ instead: the same value as an integer (days, or microseconds, since 1970), cheap
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -306,6 +306,32 @@ def _collect(rows: Sequence[Sequence[Any]]) -> dict[int, tuple[int, int]]:
     return {int(p): (int(n), int(s)) for p, n, s in rows if p is not None}
 
 
+#: one partition's window: (partition key, start, end)
+Window = tuple[str, datetime, datetime]
+
+
+def _mysql_batch(
+    mysql_conn: Any, source: str, target: LoadTarget, windows: Sequence[Window],
+    params: list[Any],
+) -> dict[int, tuple[int, int]]:
+    with mysql_conn.cursor() as cur:
+        cur.execute(mysql_checksum_sql(source, target, len(windows)), params)
+        return _collect(cur.fetchall())
+
+
+def mysql_sides(
+    mysql_conn: Any, source: str, target: LoadTarget, partitions: Sequence[Window]
+) -> dict[Window, tuple[int, int]]:
+    """MySQL's (rows, checksum) of each window, as `verify_table` computes them (in the
+    same batches, so a batch found here is one `verify_table` would have asked for)."""
+    out: dict[Window, tuple[int, int]] = {}
+    for i in range(0, len(partitions), BATCH):
+        windows = list(partitions[i : i + BATCH])
+        got = _mysql_batch(mysql_conn, source, target, windows, _params(windows))
+        out.update({w: got.get(j, (0, 0)) for j, w in enumerate(windows)})
+    return out
+
+
 def verify_table(
     mysql_conn: Any,
     warehouse: WarehouseResource,
@@ -313,9 +339,13 @@ def verify_table(
     table_cfg: TableConfig,
     partitions: list[tuple[str, datetime, datetime]],
     wconn: WarehouseConnection | None = None,
+    known: Mapping[Window, tuple[int, int]] | None = None,
 ) -> list[PartitionCheck]:
     """Row count and (primary key, cursor) checksum per partition window, on both sides;
     on the warehouse connection `wconn` (autocommit) when given, else on one of its own.
+    `known` holds MySQL's side of some windows already (`mysql_sides`, computed earlier
+    by a sync run's load step: check_ahead.py); a batch of windows it all holds is not
+    asked of MySQL again.
 
     Each batch's two queries run at the same time (MySQL's in a thread): each is a scan
     by its own server, so the comparison takes the slower side's time, not the sum."""
@@ -331,12 +361,10 @@ def verify_table(
     dialect = warehouse.dialect
     opened = nullcontext(wconn) if wconn is not None else warehouse.connection(autocommit=True)
 
-    def mysql_side(
-        windows: list[tuple[str, datetime, datetime]], params: list[Any]
-    ) -> dict[int, tuple[int, int]]:
-        with mysql_conn.cursor() as cur:
-            cur.execute(mysql_checksum_sql(table_cfg.name, target, len(windows)), params)
-            return _collect(cur.fetchall())
+    def mysql_side(windows: list[Window], params: list[Any]) -> dict[int, tuple[int, int]]:
+        if known is not None and all(w in known for w in windows):
+            return {j: known[w] for j, w in enumerate(windows)}
+        return _mysql_batch(mysql_conn, table_cfg.name, target, windows, params)
 
     # leaving the pool waits for MySQL's query: the caller's connection is never left
     # busy in a thread after a failure on the warehouse side

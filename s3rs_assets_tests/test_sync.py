@@ -9,7 +9,7 @@ import psycopg
 import pymysql
 import pytest
 
-from s3rs_assets import demo_data
+from s3rs_assets import demo_data, load_stage
 from s3rs_assets.io_manager import store_for
 from s3rs_assets.names import CHECK_NAME, metadata_facts
 from s3rs_assets_tests.conftest import MYSQL_HOST, MYSQL_PORT
@@ -275,6 +275,70 @@ def test_the_check_of_a_sync_compares_only_what_the_run_moved(
     assert full.metadata["partitions_checked"].value == 3
     assert "2025-05-01: MISMATCH" in full.description and "2025-05-03: MISMATCH" in (
         full.description)
+
+
+def test_the_check_of_a_sync_takes_mysqls_side_computed_while_the_run_loads(
+        demo, mysql_db, mysql_url, pg_url, s3_resource, spark_resource, monkeypatch):
+    """Issue 19: the load step computes MySQL's side of its run's check beside the load
+    (check_ahead.py), for the partitions it loads files into; the check compares that with
+    the warehouse and asks MySQL nothing more. Counted: MySQL checksum queries and the
+    thread each ran in. A run without the check computes nothing ahead; a partition whose
+    files were all loaded is not computed; a row the warehouse lost is still found."""
+    import threading
+
+    from s3rs_assets import verify
+    from s3rs_assets.assets import build_table_assets
+    from s3rs_assets.names import asset_key
+
+    calls: list[str] = []
+    real = verify._mysql_batch
+
+    def counted(conn, source, target, windows, params):
+        calls.append(f"{threading.current_thread().name}: {len(windows)}")
+        return real(conn, source, target, windows, params)
+
+    monkeypatch.setattr(verify, "_mysql_batch", counted)
+    with demo.cursor() as cur:
+        cur.execute("DROP TABLE IF EXISTS ahead")
+        cur.execute(f"CREATE TABLE ahead LIKE `{mysql_db}`.sync_demo")
+        cur.execute("INSERT INTO ahead SELECT * FROM sync_demo WHERE update_at < "
+                    "'2025-05-02' LIMIT 300")
+        cur.execute("INSERT INTO ahead SELECT * FROM sync_demo WHERE update_at >= "
+                    "'2025-05-02' AND update_at < '2025-05-02 12:00' LIMIT 100")
+    cfg = table_cfg(mysql_db, "ahead", chunk_rows=1000, target="dw_ahead.ahead")
+    res = resources(mysql_url, s3_resource, spark_resource, pg_url)
+    stages = dg.AssetSelection.assets(*[asset_key(cfg, s) for s in ("s3_parquet",
+                                                                    "redshift_table")])
+    plain = dg.materialize(build_table_assets(cfg), selection=stages.without_checks(),
+                           resources=res, partition_key=DAYS[0])
+    assert plain.success and calls == []  # no check in the run: nothing computed ahead
+
+    # both days in one run: day 1's files are all loaded, day 2's are new
+    first = _check_result(sync(cfg, res, start=DAYS[0], end=DAYS[1], reconcile_check=False))
+    assert first.passed and first.metadata["partitions_checked"].value == 1
+    assert calls == ["s3rs-check-ahead: 1"]  # day 2 only, and only in the load's thread
+
+    calls.clear()
+    with demo.cursor() as cur:  # new rows on day 2
+        cur.execute("INSERT INTO ahead SELECT * FROM sync_demo WHERE update_at >= "
+                    "'2025-05-02 12:00' AND update_at < '2025-05-03' LIMIT 50")
+        assert cur.rowcount > 0
+    lost = []
+    real_load = load_stage.load_partitions
+
+    def losing_a_row(warehouse, s3, target, parts, **kw):
+        out = real_load(warehouse, s3, target, parts, **kw)
+        with psycopg.connect(pg_url.replace("postgres:@", "postgres@"), autocommit=True) as c:
+            lost.append(c.execute('DELETE FROM "dw_ahead"."ahead" WHERE id = (SELECT MAX(id) '
+                                  'FROM "dw_ahead"."ahead") RETURNING id').fetchone())
+        return out
+
+    monkeypatch.setattr(load_stage, "load_partitions", losing_a_row)
+    check = _check_result(sync(cfg, res, partition=DAYS[1], raise_on_error=False,
+                               reconcile_check=False))
+    assert lost and not check.passed
+    assert "2025-05-02: MISMATCH" in check.description
+    assert calls == ["s3rs-check-ahead: 1"]
 
 
 def test_moved_windows_are_the_whole_windows_of_the_partitions_the_run_loaded():
