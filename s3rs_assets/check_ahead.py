@@ -23,7 +23,6 @@ import logging
 import threading
 from collections import OrderedDict
 from concurrent.futures import Future
-from datetime import datetime
 
 import dagster as dg
 
@@ -45,7 +44,7 @@ _LOCK = threading.Lock()
 
 def synced_windows(
     pdef: dg.TimeWindowPartitionsDefinition, keys: list[str], record: WatermarkRecord | None
-) -> list[tuple[str, datetime, datetime]]:
+) -> list[Window]:
     """What the backup claims to have copied, per partition: a complete partition's whole
     window; a partial one's window up to its cursor's timestamp, exclusive. Rows after the
     cursor (above the safety bound, past a --limit) are the next sync's work, not a

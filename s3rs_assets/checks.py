@@ -22,6 +22,7 @@ partition the watermark knows.
 """
 
 import time
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -49,7 +50,7 @@ from s3rs_assets.reconcile.diff import KINDS
 from s3rs_assets.reconcile.run import ReconcileOptions, reconcile_table
 from s3rs_assets.resources import MySQLResource, S3Resource
 from s3rs_assets.retry import Retries
-from s3rs_assets.verify import PartitionCheck, verify_table
+from s3rs_assets.verify import PartitionCheck, Window, verify_table
 from s3rs_assets.waiting import count_windows
 from s3rs_assets.warehouse import FirstAttempt, WarehouseResource
 from s3rs_assets.watermark import WatermarkRecord
@@ -102,7 +103,7 @@ def compare_with_mysql(
     run_id: str,
     warn: Any,
     moved_since: datetime | None,
-    known: dict | None = None,
+    known: Mapping[Window, tuple[int, int]] | None = None,
 ) -> tuple[list[str], dg.AssetCheckResult]:
     """`matches_mysql` over `scope` (the partitions compared, and the result). With
     `moved_since` (a sync run: the check step or the catch-up op), only the partitions the

@@ -103,9 +103,10 @@ def start_session(spark_config: dict[str, Any], jvm_tuning: str | None, jdbc_rea
         if quiet and not str(conf.get("spark.remote", "")):
             conf[key] = f"{conf.get(key, '')} {quiet}".strip()
         pending = None
-        if local and not _jvm_running():  # the JVM this process launches (and its executors)
-            opts, pending = local_jvm_options(jvm_tuning, jdbc_reads, jars, conf.get(key))
-            conf[key] = jvm_options.append(conf.get(key), opts)
+        if not conf.get("spark.remote") and not _jvm_running():  # this process's driver JVM
+            if local:  # the JVM this process launches runs the executors too
+                opts, pending = local_jvm_options(jvm_tuning, jdbc_reads, jars, conf.get(key))
+                conf[key] = jvm_options.append(conf.get(key), opts)
             launch_relayed(conf)
         builder = SparkSession.builder
         for k, v in conf.items():

@@ -322,8 +322,8 @@ def _mysql_batch(
 def mysql_sides(
     mysql_conn: Any, source: str, target: LoadTarget, partitions: Sequence[Window]
 ) -> dict[Window, tuple[int, int]]:
-    """MySQL's (rows, checksum) of each window, as `verify_table` computes them (in the
-    same batches, so a batch found here is one `verify_table` would have asked for)."""
+    """MySQL's (rows, checksum) of each window, one query per BATCH windows, as
+    `verify_table` asks them."""
     out: dict[Window, tuple[int, int]] = {}
     for i in range(0, len(partitions), BATCH):
         windows = list(partitions[i : i + BATCH])
@@ -337,7 +337,7 @@ def verify_table(
     warehouse: WarehouseResource,
     target: LoadTarget,
     table_cfg: TableConfig,
-    partitions: list[tuple[str, datetime, datetime]],
+    partitions: list[Window],
     wconn: WarehouseConnection | None = None,
     known: Mapping[Window, tuple[int, int]] | None = None,
 ) -> list[PartitionCheck]:
