@@ -330,7 +330,8 @@ def test_the_check_of_a_sync_takes_mysqls_side_computed_while_the_run_loads(
         out = real_load(warehouse, s3, target, parts, **kw)
         with psycopg.connect(pg_url.replace("postgres:@", "postgres@"), autocommit=True) as c:
             lost.append(c.execute('DELETE FROM "dw_ahead"."ahead" WHERE id = (SELECT MAX(id) '
-                                  'FROM "dw_ahead"."ahead") RETURNING id').fetchone())
+                                  'FROM "dw_ahead"."ahead" WHERE update_at >= %s) '
+                                  'RETURNING id', (datetime(2025, 5, 2),)).fetchone())
         return out
 
     monkeypatch.setattr(load_stage, "load_partitions", losing_a_row)
