@@ -247,6 +247,10 @@ def test_the_check_of_a_sync_compares_only_what_the_run_moved(
         cur.execute("DROP TABLE IF EXISTS touched")
         cur.execute(f"CREATE TABLE touched LIKE `{mysql_db}`.sync_demo")
         cur.execute("INSERT INTO touched SELECT * FROM sync_demo WHERE id <= 300")
+        # rows in both days whatever earlier tests did to sync_demo (alone, ids <= 300
+        # all lie in the first day)
+        cur.execute("UPDATE touched SET update_at = '2025-05-02 09:00:00' "
+                    "WHERE id BETWEEN 200 AND 209")
     cfg = table_cfg(mysql_db, "touched", chunk_rows=1000, target="dw_touch.touched")
     res = resources(mysql_url, s3_resource, spark_resource, pg_url)
     first = _check_result(sync(cfg, res, start=DAYS[0], end=DAYS[1]))
