@@ -45,6 +45,7 @@ from s3rs_assets.source import (
     source_counts,
 )
 from s3rs_assets.stage_results import (
+    INTERRUPTS,
     BackupOutput,
     dagster_step,
     preview,
@@ -154,7 +155,7 @@ def run_backup(
         runs = backup.run()
     except (ConfigError, SourceSchemaError):
         raise
-    except Exception as e:
+    except (Exception, *INTERRUPTS) as e:
         record_failure(store, table.name, "mysql", e)
         raise
     # BackupRun logged its chunks and the partitions' summary (BackupRun._log_summary)

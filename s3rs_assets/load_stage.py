@@ -34,6 +34,7 @@ from s3rs_assets.resources import MySQLResource, S3Resource
 from s3rs_assets.retry import Retries
 from s3rs_assets.source import SourceTable, describe
 from s3rs_assets.stage_results import (
+    INTERRUPTS,
     LoadOutput,
     PartitionLoad,
     dagster_step,
@@ -160,7 +161,7 @@ def run_load(
                 f"({r.dialect}, {r.attempts} attempt(s))" for key, r in results.items()
             ) + (f"\n({len(results)} partitions in one transaction)" if len(results) > 1
                  else ""))
-    except Exception as e:
+    except (Exception, *INTERRUPTS) as e:
         store = store_for(s3, context.run_id, context.instance)
         record_failure(store, table.name, "redshift", e)
         raise

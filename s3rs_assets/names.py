@@ -46,6 +46,9 @@ RETRY_POLICY = dg.RetryPolicy(
     backoff=dg.Backoff.EXPONENTIAL,
     jitter=dg.Jitter.PLUS_MINUS,
 )
+#: Metadata of the Failure that stops a step on an interrupt (Ctrl-C or SIGTERM in `s3rs
+#: sync`, Terminate in the UI): `progress.interrupted` finds it in the run's events.
+INTERRUPTED_METADATA_KEY = "s3rs/interrupted"
 #: Definition metadata of both assets: the configured table ("schema.table").
 TABLE_METADATA_KEY = "s3rs/table"
 #: The asset check on `redshift_table` comparing MySQL and the warehouse.

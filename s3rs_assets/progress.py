@@ -17,7 +17,7 @@ from typing import Any
 
 from s3rs_assets import logs
 from s3rs_assets.config import TableConfig
-from s3rs_assets.names import RETRIES_METADATA_KEY, metadata_facts
+from s3rs_assets.names import INTERRUPTED_METADATA_KEY, RETRIES_METADATA_KEY, metadata_facts
 from s3rs_assets.watermark import WatermarkRecord
 from s3rs_assets.watermark.archive import expand, s3_loader
 
@@ -39,6 +39,20 @@ def failure_reasons(result: Any) -> list[str]:
     except Exception:  # noqa: BLE001 - best effort; the UI has the full story
         pass
     return out[:5]
+
+
+def interrupted(result: Any) -> bool:
+    """Whether the run stopped on an interrupt: a step failed by `stage_results.dagster_step`
+    on one, or by Dagster itself (a signal it held until the next step began)."""
+    with contextlib.suppress(Exception):  # best effort: a failed run is reported anyway
+        for ev in result.get_step_failure_events():
+            data = ev.step_failure_data
+            user = data.user_failure_data
+            if (user is not None and INTERRUPTED_METADATA_KEY in (user.metadata or {})) or (
+                getattr(data.error_source, "value", None) == "INTERRUPT"
+            ):
+                return True
+    return False
 
 
 def run_retries(result: Any) -> int:

@@ -34,6 +34,7 @@ import dagster as dg
 from s3rs_assets.backup import PartitionRun
 from s3rs_assets.names import (
     DETAILS_METADATA_KEY,
+    INTERRUPTED_METADATA_KEY,
     RETRIES_METADATA_KEY,
     WATERMARK_BACKUP_METADATA_KEY,
     WATERMARK_METADATA_KEY,
@@ -118,26 +119,46 @@ class LoadOutput:
         rec.last_error = None
 
 
+#: what stops a step when its run is stopped: Ctrl-C or SIGTERM in `s3rs sync` (a
+#: KeyboardInterrupt, or Dagster's own error while it holds the signal), Terminate in the UI
+INTERRUPTS = (KeyboardInterrupt, dg.DagsterExecutionInterruptedError)
+INTERRUPTED = (
+    "interrupted (Ctrl-C, SIGTERM or Terminate): the step stopped where it was; the next "
+    "sync resumes from the last checkpoint"
+)
+
+
 @contextlib.contextmanager
 def dagster_step() -> Iterator[None]:
     """Around an asset's body: a transient error (retry.is_transient) propagates, so
     `names.RETRY_POLICY` retries the step; any other error fails it at once (a Failure that
-    disallows retries, caused by the original error, which the UI and `s3rs sync` show)."""
+    disallows retries, caused by the original error, which the UI and `s3rs sync` show).
+
+    An interrupt fails it at once too: Dagster hands an interrupt inside a step with a
+    retry policy to that policy, so Ctrl-C retried the step and the sync ran on to the end
+    and exited 0."""
     try:
         yield
     except Exception as e:
         if is_transient(e):
             raise
         raise dg.Failure(description=f"{type(e).__name__}: {e}", allow_retries=False) from e
+    except INTERRUPTS as e:
+        raise dg.Failure(
+            description=INTERRUPTED,
+            allow_retries=False,
+            metadata={INTERRUPTED_METADATA_KEY: True},
+        ) from e
 
 
-def record_failure(store: WatermarkStore, table: str, stage: str, error: Exception) -> None:
+def record_failure(store: WatermarkStore, table: str, stage: str, error: BaseException) -> None:
     """Mark the stage (`mysql` or `redshift`) failed in the watermark and write the backups
     of the progress made; never let this hide the original error."""
 
     def mark(rec: WatermarkRecord) -> None:
         setattr(rec, f"{stage}_status", "failed")
-        rec.last_error = f"{type(error).__name__}: {error}"[:2000]
+        what = INTERRUPTED if isinstance(error, INTERRUPTS) else f"{type(error).__name__}: {error}"
+        rec.last_error = what[:2000]
 
     with contextlib.suppress(Exception):  # the original error is what the operator needs
         store.update(table, mark)

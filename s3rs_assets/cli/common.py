@@ -40,6 +40,10 @@ if TYPE_CHECKING:
     from s3rs_assets.waiting import Waiting
 
 log = logging.getLogger("s3rs.cli")
+#: the exit code of a command stopped by Ctrl-C (SIGINT; SIGTERM where Dagster makes it one):
+#: 128 + 2, as a shell reports a process a SIGINT ended, so `s3rs sync || page` tells an
+#: interruption from a finding (1) or a usage or connection error (2)
+INTERRUPTED_EXIT = 130
 
 
 def echo(text: str = "", err: bool = False, **style: Any) -> None:
@@ -121,7 +125,8 @@ def friendly_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Turn s3rs's own errors into one red line and exit code 2, without a traceback.
 
     Anything else is a bug or an unexpected service error: one redacted line, exit 1, and
-    the (redacted) traceback at debug level.
+    the (redacted) traceback at debug level. Ctrl-C: one line, exit INTERRUPTED_EXIT (not
+    click's "Aborted!" and 1, which a script would take for a finding).
     """
 
     @wraps(fn)
@@ -131,6 +136,9 @@ def friendly_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         except S3rsError as e:
             echo(f"error: {e}", err=True, fg="red")
             sys.exit(2)
+        except KeyboardInterrupt:
+            echo("interrupted", err=True, fg="red")
+            sys.exit(INTERRUPTED_EXIT)
         except (click.ClickException, click.exceptions.Exit, click.Abort, SystemExit):
             raise
         except Exception as e:  # noqa: BLE001 - the last line of defence for secrets

@@ -25,6 +25,7 @@ import click
 
 from s3rs_assets import work
 from s3rs_assets.cli.common import (
+    INTERRUPTED_EXIT,
     _not_yet,
     _s3_checked,
     _say,
@@ -39,6 +40,8 @@ from s3rs_assets.errors import S3rsError
 from s3rs_assets.watermark.edits import fmt as _fmt
 
 OK, FAILED, UNUSABLE = 0, 1, 2
+#: a run stopped by Ctrl-C or SIGTERM: no further table starts (common.INTERRUPTED_EXIT)
+INTERRUPTED = INTERRUPTED_EXIT
 log = logging.getLogger("s3rs.cli")
 
 
@@ -130,9 +133,24 @@ def sync(
 
     if side_by_side:
         with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="s3rs-sync") as pool:
-            results = list(pool.map(one, tables))
+            try:
+                results = list(pool.map(one, tables))
+            except KeyboardInterrupt:  # runs in threads cannot be interrupted: they finish
+                pool.shutdown(wait=False, cancel_futures=True)
+                echo("interrupted: no further table starts; waiting for the runs under way "
+                     "to end (they cannot be stopped from another thread)", err=True, fg="red")
+                raise
     else:
-        results = [one(t) for t in tables]
+        results = []
+        for t in tables:
+            results.append(one(t))
+            if results[-1] == INTERRUPTED:
+                break
+    if INTERRUPTED in results:
+        left = [t.name for t in tables[len(results):]]
+        if left:  # the interrupted table said so itself
+            echo(f"interrupted; not started: {', '.join(left)}", err=True, fg="red")
+        sys.exit(INTERRUPTED)
     failed = [t.name for t, code in zip(tables, results, strict=True) if code != OK]
     if failed:
         echo(f"failed: {', '.join(failed)}", err=True, fg="red")
@@ -270,6 +288,7 @@ def _run_plans(
         SYNC_TAG,
         SyncMonitor,
         failure_reasons,
+        interrupted,
         run_retries,
     )
 
@@ -290,12 +309,20 @@ def _run_plans(
         try:
             result = _execute(runner, plan, dagster, budget, {SYNC_TAG: token}, quiet=True)
         except Exception as e:  # noqa: BLE001 - one table's failure must not stop others
-            monitor.stop()
             echo(f"{table.name}: FAILED before the run started: {e}", err=True, fg="red")
             return FAILED, budget, checks_failed
-        monitor.stop()
+        finally:  # a Ctrl-C before Dagster holds the signal too
+            monitor.stop()
         retries = run_retries(result)
         after = f" after {retries} retr{'y' if retries == 1 else 'ies'}" if retries else ""
+        if not result.success and interrupted(result):
+            echo(
+                f"{table.name}: run {result.run_id} interrupted; `s3rs sync -t {table.name}` "
+                "resumes from its last checkpoint",
+                err=True,
+                fg="red",
+            )
+            return INTERRUPTED, budget, checks_failed
         if not result.success:
             echo(f"{table.name}: run {result.run_id} FAILED{after}", err=True, fg="red")
             for reason in failure_reasons(result):
