@@ -122,7 +122,7 @@ class LoadOutput:
 #: what stops a step when its run is stopped: Ctrl-C or SIGTERM in `s3rs sync` (a
 #: KeyboardInterrupt, or Dagster's own error while it holds the signal), Terminate in the UI
 INTERRUPTS = (KeyboardInterrupt, dg.DagsterExecutionInterruptedError)
-INTERRUPTED = (
+INTERRUPTED_MESSAGE = (
     "interrupted (Ctrl-C, SIGTERM or Terminate): the step stopped where it was; the next "
     "sync resumes from the last checkpoint"
 )
@@ -145,7 +145,7 @@ def dagster_step() -> Iterator[None]:
         raise dg.Failure(description=f"{type(e).__name__}: {e}", allow_retries=False) from e
     except INTERRUPTS as e:
         raise dg.Failure(
-            description=INTERRUPTED,
+            description=INTERRUPTED_MESSAGE,
             allow_retries=False,
             metadata={INTERRUPTED_METADATA_KEY: True},
         ) from e
@@ -157,7 +157,8 @@ def record_failure(store: WatermarkStore, table: str, stage: str, error: BaseExc
 
     def mark(rec: WatermarkRecord) -> None:
         setattr(rec, f"{stage}_status", "failed")
-        what = INTERRUPTED if isinstance(error, INTERRUPTS) else f"{type(error).__name__}: {error}"
+        interrupted = isinstance(error, INTERRUPTS)
+        what = INTERRUPTED_MESSAGE if interrupted else f"{type(error).__name__}: {error}"
         rec.last_error = what[:2000]
 
     with contextlib.suppress(Exception):  # the original error is what the operator needs

@@ -48,7 +48,7 @@ def held(self, *args, **kwargs):
 
 backup_run.BackupRun._checkpoint = held
 from s3rs_assets import cli
-cli.main(["sync", "-t", sys.argv[1], "--no-progress"])
+cli.main(["sync", *(a for t in sys.argv[1:] for a in ("-t", t)), "--no-progress"])
 """
 ROWS = 200  # five chunks of the table's 40 rows
 
@@ -69,11 +69,11 @@ def stop_table(stack):  # noqa: F811
     return stack.name("cli_stop")
 
 
-def _interrupted_sync(table: str) -> tuple[int, str]:
-    """Run the child; SIGINT its process group once it has checkpointed."""
+def _interrupted_sync(*tables: str) -> tuple[int, str]:
+    """Run the child on `tables`; SIGINT its process group once it has checkpointed."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "CHILD": CHILD}
     proc = subprocess.Popen(
-        [sys.executable, "-c", CHILD, table], env=env, cwd=REPO, stdout=subprocess.PIPE,
+        [sys.executable, "-c", CHILD, *tables], env=env, cwd=REPO, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
     )
     lines: list[str] = []
@@ -104,12 +104,13 @@ def test_ctrl_c_stops_the_sync_and_the_next_sync_resumes(stack, stop_table):  # 
     import dagster as dg
 
     from s3rs_assets import cli
-    from s3rs_assets.stage_results import INTERRUPTED
+    from s3rs_assets.stage_results import INTERRUPTED_MESSAGE
 
-    table = stop_table
-    code, out = _interrupted_sync(table)
+    table, after = stop_table, stack.name("cli_par3")
+    code, out = _interrupted_sync(table, after)
     assert code == 130, out[-3000:]
     assert f"interrupted; `s3rs sync -t {table}` resumes" in out, out[-3000:]
+    assert f"interrupted; not started: {after}" in out, out[-3000:]  # no other table starts
     assert " succeeded" not in out and "retr" not in out, out[-3000:]
 
     # the run failed on the interrupt, without a step retry
@@ -126,7 +127,7 @@ def test_ctrl_c_stops_the_sync_and_the_next_sync_resumes(stack, stop_table):  # 
 
     # the watermark says so, and holds the first checkpoint: not the table's end
     rec = stack.store.read(table)
-    assert rec.mysql_status == "failed" and rec.last_error == INTERRUPTED
+    assert rec.mysql_status == "failed" and rec.last_error == INTERRUPTED_MESSAGE
     cursor = rec.partitions[day(1).strftime("%Y-%m-%d")].cursor
     assert cursor is not None and cursor.pk is not None and 0 < int(cursor.pk[0]) < ROWS
 

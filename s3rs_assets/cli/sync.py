@@ -40,8 +40,6 @@ from s3rs_assets.errors import S3rsError
 from s3rs_assets.watermark.edits import fmt as _fmt
 
 OK, FAILED, UNUSABLE = 0, 1, 2
-#: a run stopped by Ctrl-C or SIGTERM: no further table starts (common.INTERRUPTED_EXIT)
-INTERRUPTED = INTERRUPTED_EXIT
 log = logging.getLogger("s3rs.cli")
 
 
@@ -144,13 +142,13 @@ def sync(
         results = []
         for t in tables:
             results.append(one(t))
-            if results[-1] == INTERRUPTED:
+            if results[-1] == INTERRUPTED_EXIT:
                 break
-    if INTERRUPTED in results:
+    if INTERRUPTED_EXIT in results:
         left = [t.name for t in tables[len(results):]]
         if left:  # the interrupted table said so itself
             echo(f"interrupted; not started: {', '.join(left)}", err=True, fg="red")
-        sys.exit(INTERRUPTED)
+        sys.exit(INTERRUPTED_EXIT)
     failed = [t.name for t, code in zip(tables, results, strict=True) if code != OK]
     if failed:
         echo(f"failed: {', '.join(failed)}", err=True, fg="red")
@@ -191,9 +189,9 @@ def _sync_table(
     tty: bool,
 ) -> int:
     """Plan and run one table's sync, in at most two rounds (plan, runs; plan again once
-    when the bound was held back); its exit code (OK, FAILED, UNUSABLE), the reason
-    printed. Safe to run for several tables at once: it builds its own watermark store and
-    MySQL connection, and prints only lines starting with the table's name."""
+    when the bound was held back); its exit code (OK, FAILED, UNUSABLE, INTERRUPTED_EXIT),
+    the reason printed. Safe to run for several tables at once: it builds its own watermark
+    store and MySQL connection, and prints only lines starting with the table's name."""
     store = _store(s3)
     budget, checks_failed = limit, False
     for again in (False, True):
@@ -322,7 +320,7 @@ def _run_plans(
                 err=True,
                 fg="red",
             )
-            return INTERRUPTED, budget, checks_failed
+            return INTERRUPTED_EXIT, budget, checks_failed
         if not result.success:
             echo(f"{table.name}: run {result.run_id} FAILED{after}", err=True, fg="red")
             for reason in failure_reasons(result):
