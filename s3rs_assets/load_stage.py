@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import dagster as dg
 
-from s3rs_assets import check_ahead
+from s3rs_assets import check_ahead, stopping
 from s3rs_assets.config import TableConfig
 from s3rs_assets.io_manager import store_for
 from s3rs_assets.load import LoadTarget, load_partitions
@@ -141,6 +141,7 @@ def run_load(
     partitions: dict[str, PartitionLoad] = {}
     try:
         for batch in load_batches(context.partition_keys, files):
+            stopping.check()  # `--parallel`'s Ctrl-C: between transactions
             results = load_partitions(warehouse, s3, target, batch, retries=retries)
             for key, result in results.items():
                 todo = batch[key]

@@ -36,7 +36,7 @@ from s3rs_assets_tests.test_cli import (  # noqa: F401 - fixtures
 
 #: the child: the backup holds after its first checkpoint until the signal arrives
 CHILD = """
-import sys, time
+import sys, threading, time
 from s3rs_assets.backup import run as backup_run
 
 real = backup_run.BackupRun._checkpoint
@@ -44,13 +44,20 @@ real = backup_run.BackupRun._checkpoint
 def held(self, *args, **kwargs):
     real(self, *args, **kwargs)
     print("S3RS-TEST-CHECKPOINTED", flush=True)
-    time.sleep(600)
+    if threading.current_thread() is threading.main_thread():
+        time.sleep(600)  # the signal interrupts it
+    else:  # a run in a thread (--parallel): a long chunk, over when the stop is asked
+        stopping.STOP.wait(600)
 
 backup_run.BackupRun._checkpoint = held
-from s3rs_assets import cli
-cli.main(["sync", *(a for t in sys.argv[1:] for a in ("-t", t)), "--no-progress"])
+from s3rs_assets import cli, stopping
+args = sys.argv[1:]
+cli.main(["sync", *(a for t in args if t != "--parallel" for a in ("-t", t)),
+          *(["--parallel", "2"] if "--parallel" in args else []), "--no-progress"])
 """
-ROWS = 200  # five chunks of the table's 40 rows
+ROWS = 200  # five chunks of the tables' 40 rows
+#: the interrupted table, and the one the sequential sync never starts (--parallel: both run)
+TABLES = ("cli_stop", "cli_par3")
 
 
 @pytest.fixture
@@ -59,37 +66,40 @@ def stop_table(stack):  # noqa: F811
 
     rows = [(i, day(1) + timedelta(seconds=i)) for i in range(1, ROWS + 1)]
     with mysql(stack.db) as conn:
-        make_ties_table(conn, "cli_stop", rows)
+        for t in TABLES:
+            make_ties_table(conn, t, rows)
     with pg(stack) as c:
         c.execute(f'CREATE SCHEMA IF NOT EXISTS "{stack.db}"')
         c.execute(create_ledger_sql(stack.db))
-        c.execute(f'DROP TABLE IF EXISTS "{stack.db}"."cli_stop"')
-        c.execute(f'DELETE FROM "{stack.db}".s3rs_load_ledger WHERE table_name = %s',
-                  ("cli_stop",))
+        for t in TABLES:
+            c.execute(f'DROP TABLE IF EXISTS "{stack.db}"."{t}"')
+            c.execute(f'DELETE FROM "{stack.db}".s3rs_load_ledger WHERE table_name = %s',
+                      (t,))
     return stack.name("cli_stop")
 
 
-def _interrupted_sync(*tables: str) -> tuple[int, str]:
-    """Run the child on `tables`; SIGINT its process group once it has checkpointed."""
+def _interrupted_sync(*tables: str, held: int = 1) -> tuple[int, str]:
+    """Run the child on `tables` (and "--parallel"); SIGINT its process group once `held`
+    backups have checkpointed."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "CHILD": CHILD}
     proc = subprocess.Popen(
         [sys.executable, "-c", CHILD, *tables], env=env, cwd=REPO, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
     )
     lines: list[str] = []
-    held = threading.Event()
+    all_held = threading.Event()
 
     def read() -> None:
         for raw in proc.stdout:
             line = raw.decode(errors="replace")
             lines.append(line)
-            if "S3RS-TEST-CHECKPOINTED" in line:
-                held.set()
+            if sum("S3RS-TEST-CHECKPOINTED" in x for x in lines) >= held:
+                all_held.set()
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
     try:
-        assert held.wait(timeout=300), "".join(lines)[-3000:]
+        assert all_held.wait(timeout=300), "".join(lines)[-3000:]
         os.killpg(proc.pid, signal.SIGINT)
         proc.wait(timeout=120)  # without the fix: the retried step's 600 s sleep
     finally:
@@ -156,3 +166,48 @@ def test_ctrl_c_in_any_command_is_one_line_and_exit_130(stack, monkeypatch):  # 
     r = CliRunner().invoke(cli.main, ["status"])
     assert r.exit_code == 130 and r.output.strip().splitlines()[-1] == "interrupted", r.output
     assert "Aborted" not in r.output and "Traceback" not in r.output
+
+
+def test_ctrl_c_stops_the_runs_of_a_parallel_sync(stack, stop_table):  # noqa: F811
+    """`--parallel 2`: the runs execute in threads, which the signal does not reach; the
+    command asks them to stop (`stopping.STOP`), each stops before its next chunk, keeping
+    the one in flight, and neither is retried. Then a sync moves the rest of both."""
+    import dagster as dg
+
+    from s3rs_assets import cli
+    from s3rs_assets.stage_results import INTERRUPTED_MESSAGE
+
+    names = [stack.name(t) for t in TABLES]
+    code, out = _interrupted_sync(*names, "--parallel", held=2)
+    assert code == 130, out[-3000:]
+    assert "the runs under way stop after the chunk or transaction in flight" in out
+    for name in names:
+        assert f"{name}: run " in out and f"interrupted; `s3rs sync -t {name}` resumes" in out
+    assert " succeeded" not in out and "retr" not in out, out[-3000:]
+
+    inst = dg.DagsterInstance.from_config(str(stack.home))
+    try:
+        runs = inst.get_run_records()
+        assert len(runs) == 2
+        for run in runs:
+            assert run.dagster_run.status == dg.DagsterRunStatus.FAILURE
+            kinds = [e.dagster_event.event_type_value
+                     for e in inst.all_logs(run.dagster_run.run_id) if e.dagster_event]
+            assert "STEP_UP_FOR_RETRY" not in kinds and kinds.count("STEP_FAILURE") == 1
+    finally:
+        inst.dispose()
+    for name in names:
+        rec = stack.store.read(name)
+        assert rec.mysql_status == "failed" and rec.last_error == INTERRUPTED_MESSAGE
+        cursor = rec.partitions[day(1).strftime("%Y-%m-%d")].cursor
+        assert 0 < int(cursor.pk[0]) < ROWS  # the chunks read before the stop are kept
+
+    from click.testing import CliRunner
+
+    r = CliRunner().invoke(cli.main, ["sync", *(a for n in names for a in ("-t", n)),
+                                      "--parallel", "2", "--no-progress"])
+    assert r.exit_code == 0, r.output[-3000:]
+    with pg(stack) as c:
+        for t in TABLES:
+            got = c.execute(f'SELECT id FROM "{stack.db}"."{t}" ORDER BY id').fetchall()
+            assert [g[0] for g in got] == list(range(1, ROWS + 1)), t

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
 
-from s3rs_assets import retry
+from s3rs_assets import retry, stopping
 from s3rs_assets.backup.extract import Extractor, Item
 from s3rs_assets.cursor import ChunkPlan
 from s3rs_assets.errors import WatermarkConflict
@@ -317,6 +317,9 @@ class BackupRun:
         """Start reading every planned item of `slots` (one Spark job, in the read thread),
         then checkpoint the batch before it while this one is read. With `overlap` off the
         batch is also checkpointed before returning (the serial path)."""
+        if stopping.STOP.is_set():  # asked to stop: keep what is read, start no more
+            self._finish()
+            stopping.check()
         parts = [_Part(s, s.batch, s.finished) for s in slots]
         for s in slots:
             s.batch = []

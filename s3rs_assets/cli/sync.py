@@ -23,7 +23,7 @@ from typing import Any
 
 import click
 
-from s3rs_assets import work
+from s3rs_assets import stopping, work
 from s3rs_assets.cli.common import (
     INTERRUPTED_EXIT,
     _not_yet,
@@ -129,25 +129,31 @@ def sync(
             echo(f"{table.name}: FAILED: {e}", err=True, fg="red")
             return FAILED
 
+    stopping.STOP.clear()  # a process that runs commands one after another (tests, server)
+    not_started: list[str] = []
     if side_by_side:
         with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="s3rs-sync") as pool:
+            futures = [pool.submit(one, t) for t in tables]
             try:
-                results = list(pool.map(one, tables))
-            except KeyboardInterrupt:  # runs in threads cannot be interrupted: they finish
+                results = [f.result() for f in futures]
+            except KeyboardInterrupt:  # only this thread hears it: the runs are asked
+                stopping.STOP.set()
                 pool.shutdown(wait=False, cancel_futures=True)
-                echo("interrupted: no further table starts; waiting for the runs under way "
-                     "to end (they cannot be stopped from another thread)", err=True, fg="red")
-                raise
+                echo("interrupted: the runs under way stop after the chunk or transaction "
+                     "in flight", err=True, fg="red")
+                not_started = [t.name for t, f in zip(tables, futures, strict=True)
+                               if f.cancelled()]
+                results = [INTERRUPTED_EXIT if f.cancelled() else f.result() for f in futures]
     else:
         results = []
         for t in tables:
             results.append(one(t))
             if results[-1] == INTERRUPTED_EXIT:
+                not_started = [t.name for t in tables[len(results):]]
                 break
     if INTERRUPTED_EXIT in results:
-        left = [t.name for t in tables[len(results):]]
-        if left:  # the interrupted table said so itself
-            echo(f"interrupted; not started: {', '.join(left)}", err=True, fg="red")
+        if not_started:  # an interrupted table says so itself
+            echo(f"interrupted; not started: {', '.join(not_started)}", err=True, fg="red")
         sys.exit(INTERRUPTED_EXIT)
     failed = [t.name for t, code in zip(tables, results, strict=True) if code != OK]
     if failed:
