@@ -20,6 +20,15 @@ import boto3
 import pymysql
 import pytest
 
+# The CLI tests' stack for every file (`stack`, the session's table list, the CLI's log
+# handler taken off after each test): defined in cli_stack.py beside its helpers.
+from s3rs_assets_tests.cli_stack import (  # noqa: F401 - fixtures
+    _detach_log_handler,
+    cli_tables_file,
+    orders,
+    stack,
+)
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -63,6 +72,13 @@ def _record_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
     # an `s3rs server` a developer left running in the checkout must not run the tests'
     # syncs (test_sync_server starts its own and turns this back on for its clients)
     os.environ["S3RS_SERVER"] = "off"
+    # nor the Spark Connect server of `make ui` that a sourced scripts/env.sh points
+    # S3RS_SPARK_MASTER at: a test's `s3rs sync` attached to it, and a session fixture's
+    # stop() at the end released the server's shared session (every later run of the UI,
+    # or of the developer's shell, then failed with INVALID_HANDLE.SESSION_CLOSED). Tests
+    # that attach start their own server (`connect_server`) and name it.
+    os.environ.pop("S3RS_SPARK_MASTER", None)
+    os.environ.pop("S3RS_SPARK_MASTER_FROM", None)
     # A Spark JVM's class archive (jvm_options.py) is written when the first JVM exits (~10
     # CPU-s, ~120 MB): in this throw-away cache dir every test session, and every Spark
     # subprocess started before one exists, would write it again. C1 alone here;
@@ -284,3 +300,4 @@ def connect_server(tmp_path_factory):
     # that no process of the group is left)
     assert running(state) is None
     assert not (state / "server.pid").exists()
+

@@ -24,16 +24,14 @@ from datetime import timedelta
 
 import pytest
 
-from s3rs_assets_tests.conftest import REPO
-from s3rs_assets_tests.helpers import make_ties_table
-from s3rs_assets_tests.processes import MARKER, marked
-from s3rs_assets_tests.test_cli import (  # noqa: F401 - fixtures
-    cli_tables_file,
+from s3rs_assets_tests.cli_stack import (
     day,
     mysql,
     pg,
-    stack,
 )
+from s3rs_assets_tests.conftest import REPO
+from s3rs_assets_tests.helpers import make_ties_table
+from s3rs_assets_tests.processes import MARKER, marked
 
 # One sync on the main thread, as `s3rs sync` runs; then one in a thread, as a process
 # that keeps running syncs does (a thread of `--parallel` after a main-thread run).

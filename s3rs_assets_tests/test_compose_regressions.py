@@ -22,9 +22,9 @@ import dagster as dg
 import pytest
 
 from s3rs_assets_tests import compose
+from s3rs_assets_tests.cli_stack import ensure_definitions
 from s3rs_assets_tests.compose import World, invoke, midnight
 from s3rs_assets_tests.conftest import free_port
-from s3rs_assets_tests.test_cli import _detach_log_handler, ensure_definitions  # noqa: F401
 
 SET_T, TARGET_T, REMAT_T = "rg_set", "rg_target", "rg_remat"
 

@@ -55,8 +55,8 @@ from s3rs_assets.load import transaction
 from s3rs_assets.source import probes
 from s3rs_assets.work import unloaded
 from s3rs_assets_tests import compose
+from s3rs_assets_tests.cli_stack import ensure_definitions
 from s3rs_assets_tests.compose import Row, World, invoke, midnight
-from s3rs_assets_tests.test_cli import _detach_log_handler, ensure_definitions  # noqa: F401
 
 EXAMPLES = int(os.environ.get("S3RS_STATEMACHINE_EXAMPLES", "3"))
 STEPS = int(os.environ.get("S3RS_STATEMACHINE_STEPS", "6"))

@@ -15,10 +15,7 @@ from datetime import timedelta
 import pytest
 import yaml
 
-from s3rs_assets_tests import test_cli
-from s3rs_assets_tests.conftest import MYSQL_HOST, MYSQL_PORT, free_port
-from s3rs_assets_tests.helpers import make_ties_table
-from s3rs_assets_tests.test_cli import (
+from s3rs_assets_tests.cli_stack import (
     day,
     invoke,
     key_of,
@@ -26,9 +23,8 @@ from s3rs_assets_tests.test_cli import (
     pg,
     seed,
 )
-
-_detach_log_handler = test_cli._detach_log_handler
-stack = test_cli.stack
+from s3rs_assets_tests.conftest import MYSQL_HOST, MYSQL_PORT, free_port
+from s3rs_assets_tests.helpers import make_ties_table
 
 GOOD, TYPO = "ec_orders", "ec_typo"
 

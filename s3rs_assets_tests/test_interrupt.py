@@ -24,15 +24,13 @@ from datetime import timedelta
 
 import pytest
 
-from s3rs_assets_tests.conftest import REPO
-from s3rs_assets_tests.helpers import make_ties_table
-from s3rs_assets_tests.test_cli import (  # noqa: F401 - fixtures
-    cli_tables_file,
+from s3rs_assets_tests.cli_stack import (
     day,
     mysql,
     pg,
-    stack,
 )
+from s3rs_assets_tests.conftest import REPO
+from s3rs_assets_tests.helpers import make_ties_table
 
 #: the child: the backup holds after its first checkpoint until the signal arrives
 CHILD = """

@@ -12,13 +12,8 @@ import pytest
 
 from s3rs_assets.cli import local_env
 from s3rs_assets.errors import ConfigError
-from s3rs_assets_tests import test_cli
+from s3rs_assets_tests.cli_stack import invoke, seed
 from s3rs_assets_tests.conftest import REPO
-from s3rs_assets_tests.test_cli import invoke, seed
-
-_detach_log_handler = test_cli._detach_log_handler
-cli_tables_file = test_cli.cli_tables_file
-stack = test_cli.stack
 
 
 def test_parse_and_write_round_trip(tmp_path):

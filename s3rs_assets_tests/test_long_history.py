@@ -14,14 +14,10 @@ from typing import Any
 import pytest
 
 from s3rs_assets.catchup import JOB_NAME
-from s3rs_assets_tests import test_cli as _cli
+from s3rs_assets_tests.cli_stack import Stack, day, invoke, key_of, mysql, pg
 from s3rs_assets_tests.helpers import insert_rows, make_ties_table
-from s3rs_assets_tests.test_cli import Stack, day, invoke, key_of, mysql, pg
 
 # the stack of test_cli.py, whose table list holds `cli_history`
-stack = _cli.stack
-cli_tables_file = _cli.cli_tables_file
-_detach_log_handler = _cli._detach_log_handler
 
 TABLE = "cli_history"
 #: data days over 20 years: years apart, quiet months, two adjacent days

@@ -18,14 +18,9 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from s3rs_assets_tests import test_cli
+from s3rs_assets_tests.cli_stack import day, invoke, mysql
 from s3rs_assets_tests.conftest import MYSQL_HOST, MYSQL_PORT, PG_DSN, _mysql_root
 from s3rs_assets_tests.helpers import make_ties_table
-from s3rs_assets_tests.test_cli import day, invoke, mysql
-
-cli_tables_file = test_cli.cli_tables_file
-stack = test_cli.stack
-_detach_log_handler = test_cli._detach_log_handler
 
 SENTINEL = f"Sntl#{uuid.uuid4().hex[:10]}/p@ss:w"
 FORMS = {SENTINEL, quote(SENTINEL, safe=""), quote(SENTINEL)}

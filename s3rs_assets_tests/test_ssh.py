@@ -18,15 +18,11 @@ from s3rs_assets import ssh
 from s3rs_assets.errors import ConfigError
 from s3rs_assets.io_manager import store_for
 from s3rs_assets.resources import MySQLResource, S3Resource
-from s3rs_assets_tests import test_cli
+from s3rs_assets_tests.cli_stack import PREFIX, day, invoke, mysql
 from s3rs_assets_tests.conftest import MYSQL_PORT, free_port
 from s3rs_assets_tests.helpers import make_ties_table, read_parquet
-from s3rs_assets_tests.test_cli import PREFIX, day, invoke, mysql
 
 # the CLI test module's fixtures: one table list per session, one stack per test
-cli_tables_file = test_cli.cli_tables_file
-stack = test_cli.stack
-_detach_log_handler = test_cli._detach_log_handler
 
 SSHD = "/usr/sbin/sshd"
 PASSPHRASE = "ssh-Passphrase-Sentinel-4711"

@@ -15,15 +15,11 @@ from typing import Any
 
 import pytest
 
-from s3rs_assets_tests.helpers import insert_rows
-from s3rs_assets_tests.test_cli import (  # noqa: F401 - the CLI tests' fixtures
-    _detach_log_handler,
-    cli_tables_file,
+from s3rs_assets_tests.cli_stack import (
     invoke,
     mysql,
-    orders,
-    stack,
 )
+from s3rs_assets_tests.helpers import insert_rows
 
 #: Dagster's own events of a one-partition increment run (both stages, both sync checks),
 #: measured 2026-11-27: 31 = run start and success 2, engine 2, resource init 2, logs
@@ -38,7 +34,7 @@ MESSAGES = 4
 
 @pytest.mark.usefixtures("orders")
 def test_an_increment_run_writes_few_events_and_builds_its_job_once(request, monkeypatch):
-    env = request.getfixturevalue("stack")  # test_cli's, as `orders` uses it
+    env = request.getfixturevalue("stack")  # the one `orders` filled
     import dagster as dg
 
     from s3rs_assets import table_job

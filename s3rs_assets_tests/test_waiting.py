@@ -18,13 +18,9 @@ import yaml
 from s3rs_assets.config import load_tables
 from s3rs_assets.source import Blocker, SafetyBound
 from s3rs_assets.waiting import Waiting, count_windows, show_lag, waiting
-from s3rs_assets_tests import test_cli
+from s3rs_assets_tests.cli_stack import day, invoke, key_of, mysql, pg
 from s3rs_assets_tests.conftest import MYSQL_HOST, MYSQL_PORT
 from s3rs_assets_tests.helpers import insert_rows, make_ties_table
-from s3rs_assets_tests.test_cli import day, invoke, key_of, mysql, pg
-
-_detach_log_handler = test_cli._detach_log_handler
-stack = test_cli.stack
 
 NOW = datetime(2026, 11, 26, 15, 25, 3)
 LAG = timedelta(minutes=5)

@@ -17,8 +17,8 @@ import pytest
 
 from s3rs_assets.watermark import archive
 from s3rs_assets_tests import compose
+from s3rs_assets_tests.cli_stack import ensure_definitions
 from s3rs_assets_tests.compose import World, invoke, midnight
-from s3rs_assets_tests.test_cli import _detach_log_handler, ensure_definitions  # noqa: F401
 
 ARC_T = "arc_hist"
 DAYS = 9

@@ -13,17 +13,12 @@ import pytest
 
 from s3rs_assets import cli
 from s3rs_assets.watermark import history as watermark_history
-from s3rs_assets_tests import test_cli
-from s3rs_assets_tests.test_cli import (
+from s3rs_assets_tests.cli_stack import (
     day,
     invoke,
     key_of,
     seed,
 )
-
-_detach_log_handler = test_cli._detach_log_handler
-cli_tables_file = test_cli.cli_tables_file
-stack = test_cli.stack
 
 KEPT = re.compile(r"kept the record it replaced as version ([0-9a-f]{8}) \((\S+)\)")
 
