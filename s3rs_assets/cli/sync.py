@@ -319,15 +319,15 @@ def _run_plans(
             monitor.stop()
         retries = run_retries(result)
         after = f" after {retries} retr{'y' if retries == 1 else 'ies'}" if retries else ""
-        if not result.success and interrupted(result):
-            echo(
-                f"{table.name}: run {result.run_id} interrupted; `s3rs sync -t {table.name}` "
-                "resumes from its last checkpoint",
-                err=True,
-                fg="red",
-            )
-            return INTERRUPTED_EXIT, budget, checks_failed
         if not result.success:
+            if interrupted(result):
+                echo(
+                    f"{table.name}: run {result.run_id} interrupted; "
+                    f"`s3rs sync -t {table.name}` resumes from its last checkpoint",
+                    err=True,
+                    fg="red",
+                )
+                return INTERRUPTED_EXIT, budget, checks_failed
             echo(f"{table.name}: run {result.run_id} FAILED{after}", err=True, fg="red")
             for reason in failure_reasons(result):
                 echo(f"  {table.name}: {reason}", err=True, fg="red")
