@@ -56,8 +56,11 @@ from s3rs_assets.resources import (
 from s3rs_assets.warehouse import WarehouseConnection, WarehouseResource
 
 CSV_BATCH = 65_536
+#: BackupRun's checkpoint line; the rows are the partition's so far, and since 4f7f367 the
+#: parentheses may end with how many sub-ranges were read by primary key
 CHUNK_RE = re.compile(
-    r"chunk (\d+) (\d+) rows in ([\d.]+)s \(plan ([\d.]+)s, checkpoint ([\d.]+)s so far\)"
+    r"chunk (\d+) (\d+) rows in ([\d.]+)s \(plan ([\d.]+)s, checkpoint ([\d.]+)s so far"
+    r"(?:, [^)]*)?\)"
 )
 
 

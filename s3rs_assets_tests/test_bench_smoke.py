@@ -109,6 +109,10 @@ def test_core(run_suite: Any) -> None:
     for key in ("extract_floor", "backup", "load_floor", "load_baseline", "load", "e2e"):
         assert rate(doc, key) > 0
     assert doc["backup"]["rows"] == 1200
+    # 1,200 rows in 500-row chunks: every checkpoint line parsed (the report's per-chunk
+    # figures read "over 0 chunks" when the line's format moved on without the parser)
+    numbers = [c["chunk"] for c in doc["backup"]["chunks"]]
+    assert len(numbers) >= 2 and numbers == list(range(1, len(numbers) + 1)), numbers
     assert doc["load"]["rows_in_target"] == 1200
     assert "rows/s" in stdout and "load vs psycopg COPY baseline" in stdout
     assert "uptime at start" in stdout and "load average" in stdout
