@@ -48,7 +48,6 @@ from s3rs_assets.stage_results import (
     INTERRUPTS,
     BackupOutput,
     dagster_step,
-    preview,
     publish,
     record_failure,
 )
@@ -216,7 +215,7 @@ def build_table_assets(table: TableConfig) -> list[dg.AssetsDefinition]:
         config = BackupConfig(**(context.op_config or {}))
         with dagster_step():
             out = run_backup(context, table, mysql, s3, spark, config.limit)
-        publish(context, out, preview(store_for(s3, context.run_id), out))
+        publish(context, out, store_for(s3, context.run_id))
         return out
 
     return [s3_parquet, build_redshift_asset(table, s3_parquet, pdef), *build_checks(table)]

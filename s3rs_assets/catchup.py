@@ -34,7 +34,7 @@ from s3rs_assets.names import (
 )
 from s3rs_assets.partitions import partitions_def, window
 from s3rs_assets.resources import MySQLResource, S3Resource, SparkResource
-from s3rs_assets.stage_results import dagster_step, preview, publish, save_metadata
+from s3rs_assets.stage_results import dagster_step, publish, save_metadata
 from s3rs_assets.warehouse import WarehouseResource
 from s3rs_assets.work import SyncPlan
 
@@ -159,7 +159,7 @@ def catch_up(
         if config.backup_keys:
             part = _Context(context, list(config.backup_keys))
             out = run_backup(part, table, mysql, s3, spark, config.limit)  # type: ignore[arg-type]
-            publish(part, out, preview(store, out))  # type: ignore[arg-type]
+            publish(part, out, store)  # type: ignore[arg-type]
             result = store.update(table.name, out.close)
             part.metadata[part.partition_keys[-1]].update(
                 save_metadata(result, store.write_copies(table.name))
@@ -176,7 +176,7 @@ def catch_up(
         }
         part = _Context(context, keys)
         out_l = run_load(part, table, files, mysql, s3, warehouse)  # type: ignore[arg-type]
-        publish(part, out_l, preview(store, out_l))  # type: ignore[arg-type]
+        publish(part, out_l, store)  # type: ignore[arg-type]
         result = store.update(table.name, out_l.close)
         part.metadata[keys[-1]].update(save_metadata(result, store.write_copies(table.name)))
         _materialize(context, table, "redshift_table", part)

@@ -41,7 +41,8 @@ def store_for(
     current from its own writes. Without one (CLI commands, sensor ticks) the store is new.
     With an instance, its event log is the last recovery source.
     """
-    fallback = event_log_fallback(instance) if instance is not None else None
+    location = s3.layout.location(s3.bucket)
+    fallback = event_log_fallback(instance, location) if instance is not None else None
     if run_id is None:
         return WatermarkStore(s3.client(), s3.bucket, s3.layout, event_log_fallback=fallback)
     key = (s3.bucket, s3.layout, s3.client().meta.endpoint_url, run_id)

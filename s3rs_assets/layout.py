@@ -52,6 +52,10 @@ class Layout:
 
     prefix: str = "s3rs"
 
+    def location(self, bucket: str) -> str:
+        """Where the records of this layout in `bucket` live, as the snapshots name it."""
+        return f"s3://{bucket}/{self.prefix.strip('/')}"
+
     def _key(self, *parts: str) -> str:
         return "/".join(p.strip("/") for p in (self.prefix, *parts) if p and p.strip("/"))
 

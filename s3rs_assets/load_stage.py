@@ -38,7 +38,6 @@ from s3rs_assets.stage_results import (
     LoadOutput,
     PartitionLoad,
     dagster_step,
-    preview,
     publish,
     record_failure,
 )
@@ -209,7 +208,7 @@ def build_redshift_asset(
     ) -> LoadOutput:
         with dagster_step():
             out = run_load(context, table, files, mysql, s3, warehouse)
-        publish(context, out, preview(store_for(s3, context.run_id, context.instance), out))
+        publish(context, out, store_for(s3, context.run_id, context.instance))
         return out
 
     return redshift_table

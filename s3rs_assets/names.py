@@ -32,6 +32,10 @@ TABLE_TAG = "s3rs/table"
 WATERMARK_METADATA_KEY = "s3rs/watermark"
 #: The backup side of the record (no load mirror), on the last partition of `s3_parquet` runs.
 WATERMARK_BACKUP_METADATA_KEY = "s3rs/watermark_backup"
+#: Beside either snapshot: where its record lives (`s3://bucket/prefix`, `Layout.location`).
+#: The event log is the instance's, not the bucket's: after S3RS_S3_BUCKET or _PREFIX
+#: changes, the snapshots of the old place are not a copy of the new place's record.
+WATERMARK_LOCATION_METADATA_KEY = "s3rs/watermark_location"
 #: Run-level materialization metadata of both assets: how many retries the run needed.
 RETRIES_METADATA_KEY = "retries"
 #: The one materialization metadata entry (JSON) holding every raw figure behind the few

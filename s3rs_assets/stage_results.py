@@ -37,6 +37,7 @@ from s3rs_assets.names import (
     INTERRUPTED_METADATA_KEY,
     RETRIES_METADATA_KEY,
     WATERMARK_BACKUP_METADATA_KEY,
+    WATERMARK_LOCATION_METADATA_KEY,
     WATERMARK_METADATA_KEY,
 )
 from s3rs_assets.retry import Retries, is_transient
@@ -434,9 +435,11 @@ def preview(store: WatermarkStore, out: BackupOutput | LoadOutput) -> WatermarkR
 
 
 def publish(
-    context: dg.AssetExecutionContext, out: BackupOutput | LoadOutput, record: WatermarkRecord
+    context: dg.AssetExecutionContext, out: BackupOutput | LoadOutput, store: WatermarkStore
 ) -> None:
-    """Each partition of the run gets its own metadata; the last one the run's too."""
+    """Each partition of the run gets its own metadata; the last one the run's too, with
+    the record as the IO manager will store it (`preview`) and where it lives."""
+    record = preview(store, out)
     keys = list(context.partition_keys)
     if isinstance(out, BackupOutput):
         done = {r.partition_key: r for r in out.runs}
@@ -457,9 +460,13 @@ def publish(
             for k in keys
         }
         run_md = load_run_metadata(out, record)
+    shown, figures, kept = run_md
+    kept = {WATERMARK_LOCATION_METADATA_KEY: store.location, **kept}  # the snapshot last
     for k in keys[:-1]:
         context.add_asset_metadata(per[k], partition_key=k)
-    context.add_asset_metadata(with_run(per[keys[-1]], *run_md), partition_key=keys[-1])
+    context.add_asset_metadata(
+        with_run(per[keys[-1]], shown, figures, kept), partition_key=keys[-1]
+    )
 
 
 def with_run(part: Metadata, shown: Metadata, figures: dict[str, Any], kept: Metadata) -> Metadata:

@@ -3,7 +3,9 @@
 Each run's materializations carry the record (`s3rs/watermark` on `redshift_table`, the
 backup side `s3rs/watermark_backup` on `s3_parquet`), so a table whose primary and every S3
 backup are gone is still recovered from the instance. `WatermarkStore` takes the
-`event_log_fallback(instance)` as its last candidate and validates whatever it returns.
+`event_log_fallback(instance, location)` as its last candidate and validates whatever it
+returns. The instance outlives a change of bucket or prefix: each snapshot names the place
+it was written for (`s3rs/watermark_location`), and only that place's are candidates.
 """
 
 from __future__ import annotations
@@ -14,7 +16,12 @@ from typing import Any
 
 import dagster as dg
 
-from s3rs_assets.names import WATERMARK_BACKUP_METADATA_KEY, WATERMARK_METADATA_KEY, stage_keys
+from s3rs_assets.names import (
+    WATERMARK_BACKUP_METADATA_KEY,
+    WATERMARK_LOCATION_METADATA_KEY,
+    WATERMARK_METADATA_KEY,
+    stage_keys,
+)
 from s3rs_assets.watermark.store import EventLogFallback
 
 #: The load mirror: what a backup-side snapshot lacks and a whole record holds.
@@ -28,14 +35,23 @@ LOAD_FIELDS = (
 
 
 def _latest_snapshot(
-    instance: dg.DagsterInstance, key: dg.AssetKey, entry_key: str, lookback: int
+    instance: dg.DagsterInstance,
+    key: dg.AssetKey,
+    entry_key: str,
+    lookback: int,
+    location: str | None,
 ) -> tuple[int, dict[str, Any]] | None:
     """(storage id, record dict) of the newest materialization of `key` carrying
-    `entry_key`, among its last `lookback` materializations."""
+    `entry_key`, among its last `lookback` materializations, written for `location` (a
+    snapshot of another bucket or prefix is skipped; one from before the location was
+    recorded is taken)."""
     result = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key), lookback)
     for rec in result.records:
         mat = rec.asset_materialization
         entry = mat.metadata.get(entry_key) if mat is not None else None
+        written_for = mat.metadata.get(WATERMARK_LOCATION_METADATA_KEY) if mat else None
+        if location is not None and written_for is not None and written_for.value != location:
+            continue
         if entry is not None:
             value = entry.value
             return rec.storage_id, json.loads(value) if isinstance(value, str) else dict(value)
@@ -43,9 +59,10 @@ def _latest_snapshot(
 
 
 def event_log_watermark(
-    instance: dg.DagsterInstance, table: str, *, lookback: int = 5
+    instance: dg.DagsterInstance, table: str, *, location: str | None = None, lookback: int = 5
 ) -> str | None:
-    """The newest watermark record kept in the event log, as JSON text, or None.
+    """The newest watermark record kept in the event log for `location` (the store's
+    `s3://bucket/prefix`; None: any), as JSON text, or None.
 
     A run's last `redshift_table` materialization carries the whole record
     (`WATERMARK_METADATA_KEY`), its last `s3_parquet` materialization the backup side
@@ -55,9 +72,11 @@ def event_log_watermark(
     text is not validated here: the watermark store validates every candidate.
     """
     backup_key, load_key = stage_keys(table)
-    whole = _latest_snapshot(instance, load_key, WATERMARK_METADATA_KEY, lookback)
-    legacy = _latest_snapshot(instance, backup_key, WATERMARK_METADATA_KEY, lookback)
-    side = _latest_snapshot(instance, backup_key, WATERMARK_BACKUP_METADATA_KEY, lookback)
+    whole = _latest_snapshot(instance, load_key, WATERMARK_METADATA_KEY, lookback, location)
+    legacy = _latest_snapshot(instance, backup_key, WATERMARK_METADATA_KEY, lookback, location)
+    side = _latest_snapshot(
+        instance, backup_key, WATERMARK_BACKUP_METADATA_KEY, lookback, location
+    )
     if legacy is not None and (whole is None or legacy[0] > whole[0]):
         whole = legacy
     if side is None or (whole is not None and whole[0] > side[0]):
@@ -84,11 +103,12 @@ def tables_with_events(instance: dg.DagsterInstance, tables: Iterable[str]) -> s
     }
 
 
-def event_log_fallback(instance: dg.DagsterInstance) -> EventLogFallback:
-    """The last recovery source of a `WatermarkStore`: this instance's event log."""
+def event_log_fallback(instance: dg.DagsterInstance, location: str) -> EventLogFallback:
+    """The last recovery source of the `WatermarkStore` of `location`: this instance's
+    event log, its snapshots of that location."""
 
     def fallback(table: str) -> str | None:
-        return event_log_watermark(instance, table)
+        return event_log_watermark(instance, table, location=location)
 
     return fallback
 

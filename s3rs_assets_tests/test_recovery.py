@@ -8,7 +8,8 @@ import dagster as dg
 import pytest
 
 from s3rs_assets.io_manager import store_for
-from s3rs_assets.names import metadata_facts
+from s3rs_assets.names import WATERMARK_LOCATION_METADATA_KEY, metadata_facts
+from s3rs_assets.resources import S3Resource
 from s3rs_assets.work import plan_sync
 from s3rs_assets_tests.helpers import (
     backup,
@@ -77,3 +78,39 @@ def test_sync_after_losing_the_watermark(kind, mysql_conn, mysql_db, mysql_url, 
         assert metadata_facts(md)["rows"] == 1800 - 1400, "only what was left is read"
     ids = read_manifest_ids(s3_client, s3_resource.bucket, manifest_keys(store, cfg.name))
     assert sorted(ids) == mysql_ids(mysql_conn, table) and len(ids) == len(set(ids))
+
+
+def test_a_new_prefix_does_not_take_the_old_prefixs_record_from_the_event_log(
+        mysql_conn, mysql_db, mysql_url, s3_resource, s3_client, spark_resource):
+    """The Dagster instance outlives a change of S3RS_S3_PREFIX (or of the bucket): the
+    snapshots its event log holds for the old place are not a copy of the new place's
+    record. The new place starts as a new table, every row read again into files of its
+    own (before, it took the old place's record and read nothing: its record named the old
+    prefix's files, gone once the old place is cleaned or dropped); the old place still
+    recovers from its own snapshots, not from the newer ones of the new place."""
+    table = "rec_moved"
+    make_ties_table(mysql_conn, table, ties(900, datetime(2025, 3, 3), 3)
+                    + ties(900, datetime(2025, 3, 4), 3, 1001))
+    cfg = table_cfg(mysql_db, table, chunk_rows=250, start="2025-03-03", lag="0s")
+    bucket = s3_resource.bucket
+    moved = S3Resource(bucket=bucket, prefix="moved")
+    days = {"start": "2025-03-03", "end": "2025-03-04"}
+    with dg.instance_for_test() as instance:
+        backup(cfg, resources(mysql_url, s3_resource, spark_resource), **days, instance=instance)
+        report = store_for(moved, instance=instance).recover(cfg.name)
+        assert report.source is None and report.record is None, report
+        result = backup(cfg, resources(mysql_url, moved, spark_resource), **days,
+                        instance=instance)
+        md = result.get_asset_materialization_events()[-1].materialization.metadata
+        assert md[WATERMARK_LOCATION_METADATA_KEY].value == f"s3://{bucket}/moved"
+        keys = manifest_keys(store_for(moved), cfg.name)
+        assert keys and all(k.startswith("moved/data/") for k in keys), keys
+        ids = read_manifest_ids(s3_client, bucket, keys)
+        assert sorted(ids) == mysql_ids(mysql_conn, table) and len(ids) == len(set(ids))
+        # the old place loses every S3 copy: its own snapshot, older than the new place's
+        for k in list_keys(s3_client, bucket, "s3rs/watermarks/"):
+            s3_client.delete_object(Bucket=bucket, Key=k)
+        report = store_for(s3_resource, instance=instance).recover(cfg.name)
+        assert report.source == "event_log", report
+        old = [f.key for p in report.record.partitions.values() for f in p.files]
+        assert old and all(k.startswith("s3rs/data/") for k in old), old

@@ -144,6 +144,10 @@ class StoreBase:
     def prefix(self) -> str:
         return self.layout.prefix.strip("/")
 
+    @property
+    def location(self) -> str:
+        return self.layout.location(self.bucket)
+
     def _uri(self, key: str) -> str:
         return f"s3://{self.bucket}/{key}"
 
