@@ -16,7 +16,9 @@ import time
 from collections import Counter
 from typing import Any
 
-from benchmarks.services import SCHEMA, pg_count, url_text
+from benchmarks.context import Ctx
+from benchmarks.harness import Report, say
+from benchmarks.services import SCHEMA, pg_checkpoint, pg_count, url_text
 from s3rs_assets.config import DatabaseURL
 
 
@@ -132,3 +134,18 @@ def run_reladiff(mysql: DatabaseURL, pg: DatabaseURL, table: str, key: str, curs
         "differs" if len(s) == 2 else "missing" if s == {"-"} else "extra" for s in sides.values()
     )
     return {"seconds": wall, "counts": dict(kinds), "total": sum(kinds.values())}
+
+
+def sling_lines(ctx: Ctx, rep: Report, table: str, efloor: float) -> None:
+    """Sling, a peer a user would pick instead, in both its modes (issue 19)."""
+    why = missing(SLING_PACKAGE)
+    if why:
+        rep.notes.append(f"sling skipped: {why}")
+        return
+    for mode in ("incremental", "full-refresh"):
+        say(f"==> sling {mode}: MySQL -> PostgreSQL")
+        pg_checkpoint(ctx.pg)
+        r = run_sling(ctx.mysql, ctx.pg, table, mode)
+        rep.details[f"sling_{mode}"] = r
+        rep.add("e2e", f"Sling 1.4 ({mode})", r["rows_in_target"], r["seconds"], efloor,
+                key=f"sling_{mode}")

@@ -124,22 +124,7 @@ def load_lines(ctx: Ctx, env: StageEnv, rep: Report, table: str, backup: dict,
                 key="e2e")
         rep.add("e2e", "  same, plus SparkSession start-up", b["rows"], e2e + spark_s, efloor,
                 key="e2e_with_startup")
-        sling_lines(ctx, rep, table, efloor)
-
-
-def sling_lines(ctx: Ctx, rep: Report, table: str, efloor: float) -> None:
-    """Sling, a peer a user would pick instead, in both its modes (issue 19)."""
-    why = others.missing(others.SLING_PACKAGE)
-    if why:
-        rep.notes.append(f"sling skipped: {why}")
-        return
-    for mode in ("incremental", "full-refresh"):
-        say(f"==> sling {mode}: MySQL -> PostgreSQL")
-        pg_checkpoint(ctx.pg)
-        r = others.run_sling(ctx.mysql, ctx.pg, table, mode)
-        rep.details[f"sling_{mode}"] = r
-        rep.add("e2e", f"Sling 1.4 ({mode})", r["rows_in_target"], r["seconds"], efloor,
-                key=f"sling_{mode}")
+        others.sling_lines(ctx, rep, table, efloor)
 
 
 def run(ctx: Ctx) -> Report:

@@ -4,7 +4,8 @@ On `s3rs_bench.dec_<rows>` (20 columns, seven DECIMAL(18,4)/(18,8), 300 rows per
 timestamp), in one run:
 
 1. the floor: `mariadb --quick --batch | sed > TSV`, then `psql \\copy` into a plain table;
-2. dlt: `sql_table(backend="connectorx")` into PostgreSQL (skipped without dlt);
+2. dlt: `sql_table(backend="connectorx")` into PostgreSQL (skipped without dlt), then
+   Sling in both its modes (issue 19's peers on the issue's own table);
 3. (a) `s3rs sync -t` in a fresh process, so with a fresh Spark, timed from outside, plus
    the Spark start-up its backup asset recorded;
 4. (b) Spark started first (excluded), then the stages alone in this process: backup
@@ -74,13 +75,14 @@ def floors(ctx: Ctx, rep: Report, table: str) -> float:
     why = others.missing("dlt")
     if why:
         rep.notes.append(f"dlt skipped: {why}")
-        return frps
-    say("==> dlt: sql_table(backend=connectorx) -> postgres")
-    pg_checkpoint(ctx.pg)
-    d = others.run_dlt(ctx.mysql, ctx.pg, table)
-    rep.details["dlt"] = d
-    rep.add("e2e", "dlt 1.x, connectorx -> postgres", d["rows_in_target"], d["seconds"], frps,
-            key="dlt")
+    else:
+        say("==> dlt: sql_table(backend=connectorx) -> postgres")
+        pg_checkpoint(ctx.pg)
+        d = others.run_dlt(ctx.mysql, ctx.pg, table)
+        rep.details["dlt"] = d
+        rep.add("e2e", "dlt 1.x, connectorx -> postgres", d["rows_in_target"], d["seconds"],
+                frps, key="dlt")
+    others.sling_lines(ctx, rep, table, frps)
     return frps
 
 
@@ -246,4 +248,13 @@ def targets(rep: Report, attached: bool = False) -> list[str]:
         r = ratio(a, b)
         if r is not None:
             out.append(f"{what}: {r:.2f}x (target >= {goal}: {'met' if r >= goal else 'NOT met'})")
+    # issue 19: ahead of both of Sling's modes, cold and attached (the faster mode counts)
+    slings = [k for k in ("sling_incremental", "sling_full-refresh") if rep.line(k)]
+    if slings:
+        best = max(slings, key=lambda k: rep.line(k).rows_per_s or 0.0)
+        for what, key in (("s3rs sync (a)", "sync_fresh"), ("s3rs sync (c)", "sync_served")):
+            r = ratio(key, best)
+            if r is not None:
+                out.append(f"{what} vs Sling ({best.removeprefix('sling_')}): {r:.2f}x "
+                           f"(target >= 1.0: {'met' if r >= 1.0 else 'NOT met'})")
     return out

@@ -130,6 +130,10 @@ def test_decimal(run_suite: Any) -> None:
     optional_tool(doc, "dlt", "dlt")
     if "dlt" in doc:
         assert doc["dlt"]["rows_in_target"] == 1200
+    optional_tool(doc, "sling_linux_amd64", "sling_incremental")  # issue 19's peer
+    for mode in ("incremental", "full-refresh"):
+        if f"sling_{mode}" in doc:
+            assert doc[f"sling_{mode}"]["rows_in_target"] == 1200
     assert "load stage vs psycopg COPY" in stdout and "increment:" in stdout
     assert "s3rs sync through the s3rs server vs floor" in stdout
 
