@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -25,6 +26,9 @@ DEFAULT_JDBC_JARS = "/usr/share/java/mariadb-java-client.jar"
 UTC_JAVA_OPTION = "-Duser.timezone=UTC"
 WARM_UP_GROUP = "s3rs-warm-up"
 DAEMON_MODULE = "s3rs_assets.spark_daemon"
+#: Spark Connect's answer for a session a client released (`stop()`): the server refuses
+#: that session id from then on
+SESSION_CLOSED = "INVALID_HANDLE.SESSION_CLOSED"
 _log = logging.getLogger("s3rs.spark")
 
 
@@ -90,6 +94,8 @@ def start_session(spark_config: dict[str, Any], jvm_tuning: str | None, jdbc_rea
     from pyspark.sql import SparkSession
 
     session = SparkSession.getActiveSession()
+    if session is not None and _closed_on_server(session):
+        session = _session_of_its_own(session, spark_config)
     if session is None:
         conf = dict(spark_config)
         local = _local(conf)
@@ -111,13 +117,59 @@ def start_session(spark_config: dict[str, Any], jvm_tuning: str | None, jdbc_rea
         builder = SparkSession.builder
         for k, v in conf.items():
             builder = builder.config(k, v)
-        session = builder.getOrCreate()
+        try:
+            session = builder.getOrCreate()
+        except Exception as e:
+            if SESSION_CLOSED not in str(e):
+                raise
+            # refused while the builder applied its settings: the session it made is the
+            # active one (pyspark sets it before applying them)
+            session = _session_of_its_own(SparkSession.getActiveSession(), spark_config)
         if pending is not None:
             jvm_options.finish_at_exit(pending)
     # No zone check here: only Spark's JDBC reader depends on the session's and the JVM's
     # zones, so `Extractor` checks them before each JDBC read of a DATETIME/TIMESTAMP table
     # (the session may have changed since; connectorx reads do not depend on them).
     return session
+
+
+def _closed_on_server(session: Any) -> bool:
+    """Whether `session` is a Spark Connect session its server has closed (one request).
+
+    Runs attach to the server's one shared session (spark_server.wait_ready), named in the
+    URL; any client's `stop()` on it (a notebook given the same S3RS_SPARK_MASTER) releases
+    it for all, and every later run failed with INVALID_HANDLE.SESSION_CLOSED until the
+    server restarted."""
+    connect = sys.modules.get("pyspark.sql.connect.session")
+    if connect is None or not isinstance(session, connect.SparkSession):
+        return False
+    try:
+        session.conf.get("spark.app.id")
+    except Exception as e:  # noqa: BLE001 - anything else surfaces at the run's first job
+        return SESSION_CLOSED in str(e)
+    return False
+
+
+def _session_of_its_own(closed: Any, spark_config: dict[str, Any]) -> Any:
+    """A new server-side session in place of the `closed` shared one: the same server,
+    the URL without its session id. Its Python workers start first (a few seconds), once
+    per process."""
+    from pyspark.sql import SparkSession
+
+    url = str(spark_config.get("spark.remote", ""))
+    _log.warning(
+        "the Spark Connect session %s was closed on the server (a client called stop() on "
+        "it); this process opens a session of its own, whose Python workers start first. "
+        "`s3rs spark stop && s3rs spark start` (or restarting `make ui`) opens a new shared "
+        "session, and `source scripts/env.sh` points S3RS_SPARK_MASTER at it",
+        closed.session_id,
+    )
+    closed.release_session_on_close = False  # nothing to release: only forget it here
+    closed.stop()
+    builder = SparkSession.builder
+    for k, v in {**spark_config, "spark.remote": re.sub(r";session_id=[^;]*", "", url)}.items():
+        builder = builder.config(k, v)
+    return builder.getOrCreate()
 
 
 def launch_relayed(conf: dict[str, Any]) -> None:

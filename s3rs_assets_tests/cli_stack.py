@@ -70,6 +70,7 @@ def cli_tables_file(tmp_path_factory, mysql_db):
         *({"name": f"{mysql_db}.cli_par{n}", "start": key_of(day(2)), "chunk_rows": 40,
            **common} for n in (1, 2, 3)),
         {"name": f"{mysql_db}.cli_stop", "start": key_of(day(2)), "chunk_rows": 40, **common},
+        {"name": f"{mysql_db}.cli_closed", "start": key_of(day(2)), "chunk_rows": 40, **common},
         {"name": f"{mysql_db}.ssh_orders", "start": key_of(day(2)), "chunk_rows": 20, **common},
         {"name": f"{mysql_db}.secret_orders", "start": key_of(day(1)), "chunk_rows": 50,
          **common},

@@ -14,6 +14,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import boto3
@@ -276,10 +277,10 @@ def spark_env(**extra: str) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(REPO), "SPARK_LOCAL_IP": "127.0.0.1", **extra}
 
 
-@pytest.fixture(scope="session")
-def connect_server(tmp_path_factory):
-    """`s3rs spark serve` on a free port, one for the session (test_spark_connect_server,
-    test_sync_server): yields (sc:// URL, application id, state dir)."""
+@contextmanager
+def serving_connect(tmp_path_factory) -> Iterator[tuple[str, str, Path]]:
+    """`s3rs spark serve` on a free port while the block runs: (sc:// URL, application id,
+    state dir)."""
     from s3rs_assets.spark_server import running
     from s3rs_assets_tests.processes import managed_process, tail
 
@@ -300,4 +301,13 @@ def connect_server(tmp_path_factory):
     # that no process of the group is left)
     assert running(state) is None
     assert not (state / "server.pid").exists()
+
+
+@pytest.fixture(scope="session")
+def connect_server(tmp_path_factory):
+    """One Spark Connect server for the session (test_spark_connect_server,
+    test_sync_server, ...): (sc:// URL, application id, state dir). A test that closes its
+    shared session starts one of its own (`serving_connect`)."""
+    with serving_connect(tmp_path_factory) as server:
+        yield server
 
