@@ -219,12 +219,23 @@ def seed(stack: Stack, table: str = "cli_wm", put: bool = True):
 # ---------------------------------------------------------------------------- sync
 
 
+def empty_warehouse(stack: Stack, *tables: str) -> None:
+    """The warehouse side of `tables` as before any load: the targets dropped, their ledger
+    entries deleted (the schema and the ledger table exist)."""
+    from s3rs_assets.load.sql import create_ledger_sql
+
+    with pg(stack) as c:
+        c.execute(f'CREATE SCHEMA IF NOT EXISTS "{stack.db}"')
+        c.execute(create_ledger_sql(stack.db))
+        for t in tables:
+            c.execute(f'DROP TABLE IF EXISTS "{stack.db}"."{t}"')
+            c.execute(f'DELETE FROM "{stack.db}".s3rs_load_ledger WHERE table_name = %s', (t,))
+
+
 @pytest.fixture
 def orders(stack):
     """cli_orders: 30 rows two days ago (three stamps), 20 yesterday on one stamp, 10 half
     an hour ago; cli_broken absent; the warehouse side and the ledger empty."""
-    from s3rs_assets.load.sql import create_ledger_sql
-
     rows = [(i, day(2) + timedelta(hours=3, microseconds=i % 3)) for i in range(1, 31)]
     rows += [(i, day(1) + timedelta(hours=5)) for i in range(31, 51)]  # 20 rows, one stamp
     rows += [(i, datetime.now() - timedelta(minutes=30)) for i in range(51, 61)]
@@ -232,10 +243,5 @@ def orders(stack):
         make_ties_table(conn, "cli_orders", rows)
         with conn.cursor() as cur:
             cur.execute("DROP TABLE IF EXISTS cli_broken")
-    with pg(stack) as c:
-        c.execute(f'DROP TABLE IF EXISTS "{stack.db}"."cli_orders"')
-        c.execute(f'CREATE SCHEMA IF NOT EXISTS "{stack.db}"')
-        c.execute(create_ledger_sql(stack.db))
-        c.execute(f'DELETE FROM "{stack.db}".s3rs_load_ledger WHERE table_name = %s',
-                  ("cli_orders",))
+    empty_warehouse(stack, "cli_orders")
     return rows

@@ -26,8 +26,8 @@ import pytest
 
 from s3rs_assets_tests.cli_stack import (
     day,
+    empty_warehouse,
     mysql,
-    pg,
 )
 from s3rs_assets_tests.conftest import REPO
 from s3rs_assets_tests.helpers import make_ties_table
@@ -56,23 +56,16 @@ EOF_WITHIN = 30
 
 
 @pytest.fixture
-def two_tables(stack):  # noqa: F811
-    from s3rs_assets.load.sql import create_ledger_sql
-
+def two_tables(stack):
     rows = [(i, day(1) + timedelta(hours=2, microseconds=i)) for i in range(1, 6)]
     with mysql(stack.db) as conn:
         for t in ("cli_par1", "cli_par2"):
             make_ties_table(conn, t, rows)
-    with pg(stack) as c:
-        c.execute(f'CREATE SCHEMA IF NOT EXISTS "{stack.db}"')
-        c.execute(create_ledger_sql(stack.db))
-        for t in ("cli_par1", "cli_par2"):
-            c.execute(f'DROP TABLE IF EXISTS "{stack.db}"."{t}"')
-            c.execute(f'DELETE FROM "{stack.db}".s3rs_load_ledger WHERE table_name = %s', (t,))
+    empty_warehouse(stack, "cli_par1", "cli_par2")
     return stack.name("cli_par1"), stack.name("cli_par2")
 
 
-def test_background_sync_leaves_nothing_holding_its_stdout(stack, two_tables):  # noqa: F811
+def test_background_sync_leaves_nothing_holding_its_stdout(stack, two_tables):
     first, second = two_tables
     marker = uuid.uuid4().hex
     env = {**os.environ, "PYTHONPATH": str(REPO), MARKER: marker, "CHILD": CHILD}

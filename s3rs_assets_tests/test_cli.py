@@ -25,6 +25,7 @@ from s3rs_assets_tests.cli_stack import (
     PREFIX,
     Stack,
     day,
+    empty_warehouse,
     invoke,
     key_of,
     mysql,
@@ -1016,18 +1017,11 @@ def test_sync_works_without_the_venv_on_path(stack, orders):
 @pytest.fixture
 def sparse(stack):
     """Three years of daily partitions (start 1,100 days ago); rows on two late days only."""
-    from s3rs_assets.load.sql import create_ledger_sql
-
     rows = [(i, day(5) + timedelta(hours=2, microseconds=i % 4)) for i in range(1, 41)]
     rows += [(i, day(4) + timedelta(hours=7)) for i in range(41, 61)]
     with mysql(stack.db) as conn:
         make_ties_table(conn, "cli_sparse", rows)
-    with pg(stack) as c:
-        c.execute(f'DROP TABLE IF EXISTS "{stack.db}"."cli_sparse"')
-        c.execute(f'CREATE SCHEMA IF NOT EXISTS "{stack.db}"')
-        c.execute(create_ledger_sql(stack.db))
-        c.execute(f'DELETE FROM "{stack.db}".s3rs_load_ledger WHERE table_name = %s',
-                  ("cli_sparse",))
+    empty_warehouse(stack, "cli_sparse")
     return rows
 
 
@@ -1084,7 +1078,6 @@ PAR_TABLES = ("cli_par1", "cli_par2", "cli_par3")
 def par_tables(stack):
     """Three small tables (25, 50, 75 rows over three days), fresh in both databases; the
     source of cli_broken dropped."""
-    from s3rs_assets.load.sql import create_ledger_sql
 
     with mysql(stack.db) as conn:
         for n, t in enumerate(PAR_TABLES, 1):
@@ -1094,12 +1087,7 @@ def par_tables(stack):
             make_ties_table(conn, t, rows)
         with conn.cursor() as cur:
             cur.execute("DROP TABLE IF EXISTS cli_broken")
-    with pg(stack) as c:
-        c.execute(f'CREATE SCHEMA IF NOT EXISTS "{stack.db}"')
-        c.execute(create_ledger_sql(stack.db))
-        for t in PAR_TABLES:
-            c.execute(f'DROP TABLE IF EXISTS "{stack.db}"."{t}"')
-            c.execute(f'DELETE FROM "{stack.db}".s3rs_load_ledger WHERE table_name = %s', (t,))
+    empty_warehouse(stack, *PAR_TABLES)
 
 
 def test_sync_parallel_runs_tables_side_by_side_and_a_broken_one_fails_alone(

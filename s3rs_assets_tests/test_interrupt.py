@@ -26,6 +26,7 @@ import pytest
 
 from s3rs_assets_tests.cli_stack import (
     day,
+    empty_warehouse,
     mysql,
     pg,
 )
@@ -59,20 +60,12 @@ TABLES = ("cli_stop", "cli_par3")
 
 
 @pytest.fixture
-def stop_table(stack):  # noqa: F811
-    from s3rs_assets.load.sql import create_ledger_sql
-
+def stop_table(stack):
     rows = [(i, day(1) + timedelta(seconds=i)) for i in range(1, ROWS + 1)]
     with mysql(stack.db) as conn:
         for t in TABLES:
             make_ties_table(conn, t, rows)
-    with pg(stack) as c:
-        c.execute(f'CREATE SCHEMA IF NOT EXISTS "{stack.db}"')
-        c.execute(create_ledger_sql(stack.db))
-        for t in TABLES:
-            c.execute(f'DROP TABLE IF EXISTS "{stack.db}"."{t}"')
-            c.execute(f'DELETE FROM "{stack.db}".s3rs_load_ledger WHERE table_name = %s',
-                      (t,))
+    empty_warehouse(stack, *TABLES)
     return stack.name("cli_stop")
 
 
@@ -108,7 +101,7 @@ def _interrupted_sync(*tables: str, held: int = 1) -> tuple[int, str]:
     return proc.returncode, "".join(lines)
 
 
-def test_ctrl_c_stops_the_sync_and_the_next_sync_resumes(stack, stop_table):  # noqa: F811
+def test_ctrl_c_stops_the_sync_and_the_next_sync_resumes(stack, stop_table):
     import dagster as dg
 
     from s3rs_assets import cli
@@ -149,7 +142,7 @@ def test_ctrl_c_stops_the_sync_and_the_next_sync_resumes(stack, stop_table):  # 
     assert [g[0] for g in got] == list(range(1, ROWS + 1))
 
 
-def test_ctrl_c_in_any_command_is_one_line_and_exit_130(stack, monkeypatch):  # noqa: F811
+def test_ctrl_c_in_any_command_is_one_line_and_exit_130(stack, monkeypatch):
     """Not click's "Aborted!" and exit 1, which a script reads as a finding (DESIGN: 1 is
     "the data or a check is wrong"). The interrupt is raised where the command reaches S3."""
     from click.testing import CliRunner
@@ -166,7 +159,7 @@ def test_ctrl_c_in_any_command_is_one_line_and_exit_130(stack, monkeypatch):  # 
     assert "Aborted" not in r.output and "Traceback" not in r.output
 
 
-def test_ctrl_c_stops_the_runs_of_a_parallel_sync(stack, stop_table):  # noqa: F811
+def test_ctrl_c_stops_the_runs_of_a_parallel_sync(stack, stop_table):
     """`--parallel 2`: the runs execute in threads, which the signal does not reach; the
     command asks them to stop (`stopping.STOP`), each stops before its next chunk, keeping
     the one in flight, and neither is retried. Then a sync moves the rest of both."""

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from s3rs_assets.catchup import JOB_NAME
-from s3rs_assets_tests.cli_stack import Stack, day, invoke, key_of, mysql, pg
+from s3rs_assets_tests.cli_stack import Stack, day, empty_warehouse, invoke, key_of, mysql, pg
 from s3rs_assets_tests.helpers import insert_rows, make_ties_table
 
 # the stack of test_cli.py, whose table list holds `cli_history`
@@ -38,15 +38,9 @@ def _rows() -> list:
 
 @pytest.fixture
 def history(stack):
-    from s3rs_assets.load.sql import create_ledger_sql
-
     with mysql(stack.db) as conn:
         make_ties_table(conn, TABLE, _rows())
-    with pg(stack) as c:
-        c.execute(f'DROP TABLE IF EXISTS "{stack.db}"."{TABLE}"')
-        c.execute(f'CREATE SCHEMA IF NOT EXISTS "{stack.db}"')
-        c.execute(create_ledger_sql(stack.db))
-        c.execute(f'DELETE FROM "{stack.db}".s3rs_load_ledger WHERE table_name = %s', (TABLE,))
+    empty_warehouse(stack, TABLE)
     return stack.name(TABLE)
 
 

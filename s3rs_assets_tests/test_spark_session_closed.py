@@ -16,7 +16,7 @@ from datetime import timedelta
 
 import pytest
 
-from s3rs_assets_tests.cli_stack import day, mysql, pg
+from s3rs_assets_tests.cli_stack import day, empty_warehouse, mysql, pg
 from s3rs_assets_tests.conftest import serving_connect, spark_env
 from s3rs_assets_tests.helpers import make_ties_table
 
@@ -59,8 +59,7 @@ def test_a_sync_attached_to_a_closed_shared_session_opens_one_of_its_own(stack, 
     rows = [(i, day(1) + timedelta(hours=1, seconds=i // 3)) for i in range(1, 101)]
     with mysql(stack.db) as conn:
         make_ties_table(conn, "cli_closed", rows)
-    with pg(stack) as c:
-        c.execute(f'DROP TABLE IF EXISTS "{stack.db}"."cli_closed"')
+    empty_warehouse(stack, "cli_closed")
     name = stack.name("cli_closed")
     r = subprocess.run(
         [sys.executable, "-m", "s3rs_assets.cli", "sync", "-t", name, "--no-progress"],
