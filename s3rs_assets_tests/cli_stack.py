@@ -23,6 +23,7 @@ from s3rs_assets.io_manager import store_for
 from s3rs_assets.resources import S3Resource
 from s3rs_assets.watermark import FileEntry, LoadState, PartitionState, Position
 from s3rs_assets_tests.helpers import make_ties_table
+from s3rs_assets_tests.mysql_server import MYSQL_HOST, MYSQL_PORT
 
 PREFIX = "s3rs"
 TODAY = datetime.now().replace(hour=0, minute=0, second=0, microsecond=0)
@@ -165,8 +166,6 @@ def pg(stack: Stack):
 
 
 def mysql(db: str):
-    from s3rs_assets_tests.conftest import MYSQL_HOST, MYSQL_PORT  # conftest imports this
-
     return pymysql.connect(host=MYSQL_HOST, port=MYSQL_PORT, user="root", database=db,
                            autocommit=True, charset="utf8mb4")
 

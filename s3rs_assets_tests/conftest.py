@@ -6,10 +6,8 @@ and each test in its own bucket, so runs never see each other's data.
 
 from __future__ import annotations
 
-import atexit
 import os
 import re
-import socket
 import sys
 import time
 import uuid
@@ -29,35 +27,16 @@ from s3rs_assets_tests.cli_stack import (  # noqa: F401 - fixtures
     orders,
     stack,
 )
+from s3rs_assets_tests.mysql_server import (  # noqa: F401 - re-exported to the test files
+    MACHINE_MYSQL,
+    MYSQL_HOST,
+    MYSQL_PORT,
+    free_port,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-#: The machine's MySQL server (S3RS_TEST_MYSQL_HOST/PORT), which the first worker uses.
-MACHINE_MYSQL = (os.environ.get("S3RS_TEST_MYSQL_HOST", "127.0.0.1"),
-                 int(os.environ.get("S3RS_TEST_MYSQL_PORT", "3306")))
-
-
-def _worker_mysql() -> tuple[str, int]:
-    """The MySQL server of this test process: the machine's, except on the second and later
-    pytest-xdist workers, which start one of their own (mariadb_instance.py says why).
-    Decided at import, before any test module reads it."""
-    if os.environ.get("PYTEST_XDIST_WORKER", "gw0") == "gw0":
-        return MACHINE_MYSQL
-    from s3rs_assets_tests import mariadb_instance
-
-    own = mariadb_instance.start(*MACHINE_MYSQL, free_port())
-    atexit.register(own.stop)
-    return "127.0.0.1", own.port
-
-
-MYSQL_HOST, MYSQL_PORT = _worker_mysql()
 PG_DSN = os.environ.get("S3RS_TEST_PG_DSN", "host=127.0.0.1 port=5432 user=postgres")
 # The settings `make demo` leaves in .local/s3rs.env are for people typing commands, never
 # for the tests (an `s3rs` run in-process or as a subprocess would take the demo's stack
