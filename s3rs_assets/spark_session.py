@@ -95,7 +95,7 @@ def start_session(spark_config: dict[str, Any], jvm_tuning: str | None, jdbc_rea
 
     session = SparkSession.getActiveSession()
     if session is not None and _closed_on_server(session):
-        session = _session_of_its_own(session, spark_config)
+        session = _session_of_its_own(spark_config)
     if session is None:
         conf = dict(spark_config)
         local = _local(conf)
@@ -122,9 +122,9 @@ def start_session(spark_config: dict[str, Any], jvm_tuning: str | None, jdbc_rea
         except Exception as e:
             if SESSION_CLOSED not in str(e):
                 raise
-            # refused while the builder applied its settings: the session it made is the
-            # active one (pyspark sets it before applying them)
-            session = _session_of_its_own(SparkSession.getActiveSession(), spark_config)
+            # refused while the builder applied its settings (to the session it made, or
+            # to the process's default one, from a thread with no active session)
+            session = _session_of_its_own(spark_config)
         if pending is not None:
             jvm_options.finish_at_exit(pending)
     # No zone check here: only Spark's JDBC reader depends on the session's and the JVM's
@@ -150,22 +150,31 @@ def _closed_on_server(session: Any) -> bool:
     return False
 
 
-def _session_of_its_own(closed: Any, spark_config: dict[str, Any]) -> Any:
-    """A new server-side session in place of the `closed` shared one: the same server,
-    the URL without its session id. Its Python workers start first (a few seconds), once
-    per process."""
+def _session_of_its_own(spark_config: dict[str, Any]) -> Any:
+    """A new server-side session in place of the closed shared one: the same server, the
+    URL without its session id. Its Python workers start first (a few seconds), once per
+    process."""
     from pyspark.sql import SparkSession
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
 
-    url = str(spark_config.get("spark.remote", ""))
+    # the closed one is this thread's active session or the process's default: forgotten
+    # here (stopped without releasing anything), so that getOrCreate makes a new one
+    closed = {
+        id(s): s
+        for s in (ConnectSession.getActiveSession(), ConnectSession._get_default_session())
+        if s is not None
+    }
     _log.warning(
         "the Spark Connect session %s was closed on the server (a client called stop() on "
         "it); this process opens a session of its own, whose Python workers start first. "
         "`s3rs spark stop && s3rs spark start` (or restarting `make ui`) opens a new shared "
         "session, and `source scripts/env.sh` points S3RS_SPARK_MASTER at it",
-        closed.session_id,
+        ", ".join(s.session_id for s in closed.values()) or "?",
     )
-    closed.release_session_on_close = False  # nothing to release: only forget it here
-    closed.stop()
+    for s in closed.values():
+        s.release_session_on_close = False
+        s.stop()
+    url = str(spark_config.get("spark.remote", ""))
     builder = SparkSession.builder
     for k, v in {**spark_config, "spark.remote": re.sub(r";session_id=[^;]*", "", url)}.items():
         builder = builder.config(k, v)

@@ -29,16 +29,21 @@ STOP = (
     "SparkSession.builder.remote(sys.argv[1]).getOrCreate().stop()\n"
 )
 
-#: a long-lived process (the `s3rs server`'s workers): its session closed between two runs
+#: a long-lived process (the `s3rs server`'s workers): its session closed between two runs;
+#: the next run asks from a thread of its own (`sync --parallel`), then the main thread
 LONG_LIVED = """
-import subprocess, sys, uuid
+import subprocess, sys, threading, uuid
 from s3rs_assets.spark_session import spark_defaults, start_session
 url = sys.argv[1].split(";")[0] + f";session_id={uuid.uuid4()}"
 conf = spark_defaults(url)
 first = start_session(conf, None, False)
 print("first", first.range(3).count())
 subprocess.run([sys.executable, "-c", sys.argv[2], url], check=True)
-second = start_session(conf, None, False)
+got = {}
+thread = threading.Thread(target=lambda: got.update(s=start_session(conf, None, False)))
+thread.start()
+thread.join()
+second = got["s"]
 print("second", second is not first, second.range(4).count())
 print("third", start_session(conf, None, False) is second)
 """
