@@ -175,7 +175,7 @@ def test_rows_inserted_just_now_are_not_yet_synced_for_every_command(stack):
         "the partition moves on)"
     )
     md = evaluation.metadata
-    # now's day (not test_cli's day(0), fixed at import: the suite may have crossed midnight)
+    # now's day (not cli_stack's day(0), fixed at import: the suite may have crossed midnight)
     assert md["mysql_rows"].value == f"{compared:,} in partition(s) {key_of(now)} .. " \
                                      f"{key_of(now)}"
     assert md["rows_not_yet_synced"].value.startswith(f"{len(waiting_rows) + 1:,} in ")
