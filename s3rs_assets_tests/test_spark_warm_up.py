@@ -4,13 +4,15 @@ warm-up job that runs in the background while the driver plans the first chunk."
 from __future__ import annotations
 
 import logging
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from s3rs_assets import spark_session, spark_tasks
+from s3rs_assets import spark_daemon, spark_session, spark_tasks
 
 #: modules a warm worker holds (measured 915: pyspark's worker, pyarrow, connectorx,
 #: botocore, spark_tasks); with the warm-up pickled from resources.py it was 2,264
@@ -64,12 +66,52 @@ def test_workers_fork_from_the_preloaded_daemon(spark: Any) -> None:
 
         for _ in batches:
             pass
+        import sys
+
         with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
             parent = f.read().replace(b"\0", b" ").decode()
-        yield pa.RecordBatch.from_pydict({"parent": [parent]})
+        files = [getattr(m, "__file__", None) or "" for n, m in list(sys.modules.items())
+                 if n == "pyspark" or n.startswith("pyspark.")]
+        zipped = [f for f in files if ".zip" in f]
+        yield pa.RecordBatch.from_pydict({"parent": [parent], "pyspark": [len(files)],
+                                          "zipped": [len(zipped)]})
 
-    rows = spark.range(0, 2, numPartitions=2).mapInArrow(probe, "parent string").collect()
+    rows = spark.range(0, 2, numPartitions=2).mapInArrow(
+        probe, "parent string, pyspark long, zipped long").collect()
     assert all("-m s3rs_assets.spark_daemon" in r.parent for r in rows), rows
+    # PySpark from its installed package (bytecode), not from the pyspark.zip on the path
+    assert all(r.pyspark > 50 and r.zipped == 0 for r in rows), rows
+
+
+def _daemon_path_probe(path: list[str]) -> list[str]:
+    """In a fresh interpreter whose sys.path starts with `path`: what installed_pyspark
+    returns and where pyspark then comes from."""
+    code = (
+        "import sys; sys.path[:0] = sys.argv[1:]; from s3rs_assets import spark_daemon; "
+        "print(spark_daemon.installed_pyspark()); import pyspark; print(pyspark.__file__)"
+    )
+    return subprocess.run([sys.executable, "-c", code, *path], capture_output=True,
+                          text=True, check=True).stdout.split()
+
+
+def test_the_daemon_imports_pyspark_from_the_package_that_holds_the_zip(
+    tmp_path: Path,
+) -> None:
+    import pyspark
+
+    package = Path(pyspark.__file__).parent
+    zipped = package / "python" / "lib" / spark_daemon.ZIP
+    assert zipped.is_file()  # pip's pyspark ships the zip Spark puts on the workers' path
+    used, module = _daemon_path_probe([str(zipped)])
+    assert used == str(package)
+    assert module == str(package / "__init__.py")
+    # without the package: Python imports from the zip as it would (zipimport)
+    dist = tmp_path / "spark" / "python" / "lib"
+    dist.mkdir(parents=True)
+    shutil.copy(zipped, dist / spark_daemon.ZIP)
+    used, module = _daemon_path_probe([str(dist / spark_daemon.ZIP)])
+    assert used == "None"
+    assert module == str(dist / spark_daemon.ZIP / "pyspark" / "__init__.py")
 
 
 def test_preload_loads_what_a_task_imports_and_nothing_heavy() -> None:
