@@ -19,7 +19,7 @@ The construction
    truncated division are **injective**: two different rows (other key or other cursor)
    differ in at least one digit. (Seconds and microseconds come from each database's
    cheapest exact functions: MySQL's TO_SECONDS and MICROSECOND cost a fraction of
-   TIMESTAMPDIFF.)
+   TIMESTAMPDIFF; PostgreSQL's float8 `date_part` less than its numeric EXTRACT.)
 2. **Factors.** Each digit gets an offset `t_ji` in [2^29, p - 2^29], p = 2^31 - 1 (a
    prime), so `f_ji = a_i + t_ji` lies in [1, p - 1]: never 0 modulo p, and computed
    without any reduction.
@@ -237,8 +237,11 @@ class IntHashSQL:
         if self.mysql:
             out = {"s": f"(TO_SECONDS({c}) - 62167219200)", "us": f"MICROSECOND({c})"}
         elif self.side == "postgres":
-            out = {"s": f"CAST(FLOOR(EXTRACT(EPOCH FROM {c})) AS BIGINT)",
-                   "us": f"MOD(CAST(EXTRACT(MICROSECONDS FROM {c}) AS BIGINT), 1000000)"}
+            # date_part's float8, not EXTRACT's numeric (-0.1 s of the backend per 1M rows),
+            # and exact here: whole seconds (date_trunc) and the seconds field in microseconds
+            # (below 6 * 10^7) are integers a double holds exactly
+            out = {"s": f"CAST(date_part('epoch', date_trunc('second', {c})) AS BIGINT)",
+                   "us": f"MOD(CAST(date_part('microseconds', {c}) AS BIGINT), 1000000)"}
         else:
             out = {"s": f"DATEDIFF(second, CAST('1970-01-01' AS TIMESTAMP), {c})",
                    "us": f"DATEDIFF(microsecond, DATE_TRUNC('second', {c}), {c})"}
@@ -290,7 +293,7 @@ class IntHashSQL:
     def postgres_sums(self, group: str, table: str, where: str, grouped: bool = True) -> str:
         """PostgreSQL's (group, rows, sum of row hashes) of the rows `where` selects from
         `table`, grouped by the expression `group`. OFFSET 0 keeps PostgreSQL from inlining
-        the subquery: the cursor's parts (numeric EXTRACTs, the costly part) are computed
+        the subquery: the cursor's parts (date_part, the costly part) are computed
         once per row, not once per digit. Parameters: `group`'s, then `where`'s. Not
         `grouped`: one aggregate row, `group` (a constant) its first column."""
         parts = self.cursor_parts()

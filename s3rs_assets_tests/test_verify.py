@@ -202,7 +202,7 @@ def test_integer_checksum_sql_texts():
     red = warehouse_checksum_sql(t, "redshift", 1)
     assert "MD5" not in red and 'AS DECIMAL(38,0))), 0) FROM "dw"."x"' in red, red
     pgsql = warehouse_checksum_sql(t, "postgres", 1)
-    assert pgsql.count("EXTRACT(EPOCH") == 1 and "OFFSET 0" in pgsql, pgsql
+    assert pgsql.count("date_part('epoch'") == 1 and "OFFSET 0" in pgsql, pgsql
     assert "TO_SECONDS(`update_at`)" in mysql_checksum_sql("a.x", t, 1)
     text_key = LoadTarget("dw", "x", COLUMNS, ("code", "id"), "update_at", "a.x")
     assert "MD5" in warehouse_checksum_sql(text_key, "redshift", 1)
