@@ -114,11 +114,8 @@ def start_session(spark_config: dict[str, Any], jvm_tuning: str | None, jdbc_rea
                 opts, pending = local_jvm_options(jvm_tuning, jdbc_reads, jars, conf.get(key))
                 conf[key] = jvm_options.append(conf.get(key), opts)
             launch_relayed(conf)
-        builder = SparkSession.builder
-        for k, v in conf.items():
-            builder = builder.config(k, v)
         try:
-            session = builder.getOrCreate()
+            session = SparkSession.builder.config(map=conf).getOrCreate()
         except Exception as e:
             if SESSION_CLOSED not in str(e):
                 raise
@@ -174,11 +171,8 @@ def _session_of_its_own(spark_config: dict[str, Any]) -> Any:
     for s in closed.values():
         s.release_session_on_close = False
         s.stop()
-    url = str(spark_config.get("spark.remote", ""))
-    builder = SparkSession.builder
-    for k, v in {**spark_config, "spark.remote": re.sub(r";session_id=[^;]*", "", url)}.items():
-        builder = builder.config(k, v)
-    return builder.getOrCreate()
+    url = re.sub(r";session_id=[^;]*", "", str(spark_config.get("spark.remote", "")))
+    return SparkSession.builder.config(map={**spark_config, "spark.remote": url}).getOrCreate()
 
 
 def launch_relayed(conf: dict[str, Any]) -> None:

@@ -1078,7 +1078,6 @@ PAR_TABLES = ("cli_par1", "cli_par2", "cli_par3")
 def par_tables(stack):
     """Three small tables (25, 50, 75 rows over three days), fresh in both databases; the
     source of cli_broken dropped."""
-
     with mysql(stack.db) as conn:
         for n, t in enumerate(PAR_TABLES, 1):
             rows = [(i, day(i % 3) + timedelta(hours=1 + i % 5)) for i in range(1, 25 * n + 1)]
