@@ -34,8 +34,8 @@ CURSOR_US = (
     "AS VARCHAR)"
 )
 HASH = (
-    f"CAST(STRTOL(SUBSTRING(MD5({KEY} || '|' || "
-    f"COALESCE({CURSOR_US}, 'N')), 1, 15), 16) "
+    f"CAST(STRTOL(SUBSTRING(SHA2({KEY} || '|' || "
+    f"COALESCE({CURSOR_US}, 'N'), 256), 1, 15), 16) "
     "AS DECIMAL(38,0))"
 )
 SCOPE = '("update_at" IS NULL OR "update_at" < %s) AND "_s3rs_deleted_at" IS NULL'
@@ -144,7 +144,9 @@ def test_postgres_joins_the_all_columns_text_with_concat_ws():
     """Every field is COALESCEd, so CONCAT_WS prints what `||` would; Redshift and verify's
     key hash (fields that may be NULL) keep `||`."""
     pg = TableSQL("postgres", "dw", "orders", T, "all").row_hash()
-    assert pg.startswith("('x' || SUBSTR(MD5(CONCAT_WS('|', COALESCE(")
+    assert pg.startswith("('x' || LEFT(encode(substring(sha256(convert_to(CONCAT_WS('|', ")
+    mine = TableSQL("mysql", "dw", "orders", T, "all").row_hash()
+    assert mine.startswith("CAST(CONV(SUBSTRING(SHA2(CONCAT_WS('|', ")
     assert "CONCAT_WS" not in TableSQL("redshift", "dw", "orders", T, "all").row_hash()
     assert "CONCAT_WS" not in warehouse_hash_expr(T, "postgres")
 

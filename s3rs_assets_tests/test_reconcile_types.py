@@ -30,6 +30,9 @@ TYPES = {
     "decimal(18,4)": ["99999999999999.9999", "-0.0001", "0", "12.5"],
     "decimal(38,10)": ["9999999999999999999999999999.9999999999", "-1"],
     "decimal(5,0)": ["-99999", "7"],
+    "int(6) zerofill": ["42", "0", "4294967295"],
+    "decimal(8,3) zerofill": ["1.5", "0", "99999.999"],
+    "bigint(20) unsigned zerofill": ["18446744073709551615", "7"],
     "float": ["0.1", "1.5e38", "-3.25", "1e-30", "16777216"],
     "double": ["1/7", "1.5e300", "1e-300", "1e15", "123456789012345678", "-0.5", "100000",
                "0.000123"],
@@ -75,7 +78,8 @@ def _texts(env, cfg, target, side: str, hashed: bool = False) -> dict[int, str]:
     col = next(c for c in target.columns if c.name == "v")
     if side == "mysql":
         f = mysql_hash_field(col) if hashed else mysql_field(col)
-        rows = env.mysql_exec(f"SELECT id, {f} FROM `{cfg.table}`")
+        # as the row hash's CONCAT_WS prints it (a NOT NULL number enters it bare)
+        rows = env.mysql_exec(f"SELECT id, CONCAT_WS('|', {f}) FROM `{cfg.table}`")
     else:
         f = warehouse_hash_field(col, "postgres") if hashed else warehouse_field(col, "postgres")
         rows = env.pg(f'SELECT id, {f} FROM "{target.schema}"."{target.table}"')
@@ -111,3 +115,23 @@ def test_type_prints_alike_and_hashes_alike(env, mysql_type):
         assert report.total == 0, (columns, report.as_json()["differences"])
 
 # The arithmetic key-mode hash, type by type: test_reconcile_hash.py
+
+
+#: NOT NULL numbers: the row hash takes them bare (no CAST, no COALESCE)
+NOT_NULL = ["tinyint", "bigint unsigned", "int(6) zerofill", "decimal(18,4)", "decimal(5,0)",
+            "double", "tinyint(1)", "bit(12)", "year"]
+
+
+@pytest.mark.parametrize("mysql_type", NOT_NULL)
+def test_not_null_number_hashes_alike(env, mysql_type):
+    cfg = new_table(
+        env, f"id INT NOT NULL PRIMARY KEY, update_at DATETIME(6) NULL, v {mysql_type} NOT NULL"
+    )
+    for i, v in enumerate(TYPES[mysql_type]):
+        env.mysql_exec(
+            f"INSERT INTO `{cfg.table}` (id, update_at, v) VALUES ({i}, '2025-03-01', {v})"
+        )
+    target = copy_to_warehouse(env, cfg)
+    assert _texts(env, cfg, target, "mysql", True) == _texts(env, cfg, target, "pg", True)
+    report = env.reconcile(cfg, columns="all", threshold=2)
+    assert report.total == 0, report.as_json()["differences"]

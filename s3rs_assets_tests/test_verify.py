@@ -144,12 +144,12 @@ def loaded_ints(env):
 
 
 def test_integer_keys_are_checksummed_with_integer_arithmetic(loaded_ints, mysql_conn, pg_url):
-    """Both sides' sums equal int_hash's Python reference per partition (no MD5 in either
+    """Both sides' sums equal int_hash's Python reference per partition (no text digest in either
     text), and a deleted row, a cursor moved by 1 us, one moved by exactly 2^31-1 us (the
     old modular hash's blind shift) and a changed key are each found in their partition."""
     wh, target, cfg, rows = loaded_ints
     texts = [mysql_checksum_sql(cfg.name, target, 3), warehouse_checksum_sql(target, "postgres", 3)]
-    assert all("MD5" not in t for t in texts), texts
+    assert all("SHA2" not in t and "sha256" not in t for t in texts), texts
     checks = verify_table(mysql_conn, wh, target, cfg, PARTITIONS)
     assert all(c.ok for c in checks), [c.describe() for c in checks]
     for c, (_, start, end) in zip(checks, PARTITIONS, strict=True):
@@ -200,12 +200,12 @@ def test_integer_checksum_sql_texts():
     overflow); PostgreSQL computes the cursor's parts once per row in a subquery."""
     t = LoadTarget("dw", "x", INT_COLUMNS, ("shard", "id"), "update_at", "a.x")
     red = warehouse_checksum_sql(t, "redshift", 1)
-    assert "MD5" not in red and 'AS DECIMAL(38,0))), 0) FROM "dw"."x"' in red, red
+    assert "SHA2" not in red and 'AS DECIMAL(38,0))), 0) FROM "dw"."x"' in red, red
     pgsql = warehouse_checksum_sql(t, "postgres", 1)
     assert pgsql.count("date_part('epoch'") == 1 and "OFFSET 0" in pgsql, pgsql
     assert "TO_SECONDS(`update_at`)" in mysql_checksum_sql("a.x", t, 1)
     text_key = LoadTarget("dw", "x", COLUMNS, ("code", "id"), "update_at", "a.x")
-    assert "MD5" in warehouse_checksum_sql(text_key, "redshift", 1)
+    assert "SHA2(" in warehouse_checksum_sql(text_key, "redshift", 1)
 
 
 def test_equal_tables_are_ok(loaded, mysql_conn):
@@ -318,20 +318,21 @@ def test_checksum_sql_texts():
     assert mysql_checksum_sql("shop.orders", _T, 2) == (
         "SELECT CASE WHEN `update_at` >= %s AND `update_at` < %s THEN 0 "
         "WHEN `update_at` >= %s AND `update_at` < %s THEN 1 END AS `p`, COUNT(*), "
-        "COALESCE(SUM(CAST(CONV(SUBSTRING(MD5(CONCAT(CONVERT(`code` USING utf8mb4), '|', "
-        "CAST(`id` AS CHAR), '|', DATE_FORMAT(`update_at`, '%%Y-%%m-%%d %%H:%%i:%%s.%%f'))), "
-        "1, 15), 16, 10) AS UNSIGNED)), 0) FROM `shop`.`orders` "
+        "COALESCE(SUM(CAST(CONV(SUBSTRING(SHA2(CONCAT(CONVERT(`code` USING utf8mb4), '|', "
+        "CAST(`id` AS CHAR), '|', DATE_FORMAT(`update_at`, '%%Y-%%m-%%d %%H:%%i:%%s.%%f')), "
+        "256), 1, 15), 16, 10) AS UNSIGNED)), 0) FROM `shop`.`orders` "
         "WHERE `update_at` >= %s AND `update_at` < %s GROUP BY `p`"
     )
     assert warehouse_hash_expr(_T, "postgres") == (
-        "('x' || SUBSTR(MD5(\"code\" || '|' || CAST(\"id\" AS VARCHAR) || '|' || "
-        "TO_CHAR(\"update_at\", 'YYYY-MM-DD HH24:MI:SS.US')), 1, 15))::BIT(60)::BIGINT"
+        "('x' || LEFT(encode(substring(sha256(convert_to(\"code\" || '|' || "
+        "CAST(\"id\" AS VARCHAR) || '|' || TO_CHAR(\"update_at\", 'YYYY-MM-DD HH24:MI:SS.US'), "
+        "'UTF8')) from 1 for 8), 'hex'), 15))::BIT(60)::BIGINT"
     )
     assert warehouse_checksum_sql(_T, "redshift", 2) == (
         'SELECT CASE WHEN "update_at" >= %s AND "update_at" < %s THEN 0 '
         'WHEN "update_at" >= %s AND "update_at" < %s THEN 1 END AS "p", COUNT(*), '
-        'COALESCE(SUM(CAST(STRTOL(SUBSTRING(MD5("code" || \'|\' || CAST("id" AS VARCHAR) || '
-        "'|' || TO_CHAR(\"update_at\", 'YYYY-MM-DD HH24:MI:SS.US')), 1, 15), 16) "
+        'COALESCE(SUM(CAST(STRTOL(SUBSTRING(SHA2("code" || \'|\' || CAST("id" AS VARCHAR) || '
+        "'|' || TO_CHAR(\"update_at\", 'YYYY-MM-DD HH24:MI:SS.US'), 256), 1, 15), 16) "
         "AS DECIMAL(38,0))), 0) "
         'FROM "dw"."orders" WHERE "update_at" >= %s AND "update_at" < %s GROUP BY 1'
     )
@@ -352,7 +353,7 @@ def test_boolean_and_date_keys_print_alike():
     ]
     t = LoadTarget("dw", "x", cols, ("flag", "d"), "update_at", "a.x")
     assert warehouse_hash_expr(t, "redshift").startswith(
-        "CAST(STRTOL(SUBSTRING(MD5(CASE WHEN \"flag\" THEN '1' ELSE '0' END || '|' || "
+        "CAST(STRTOL(SUBSTRING(SHA2(CASE WHEN \"flag\" THEN '1' ELSE '0' END || '|' || "
         "TO_CHAR(\"d\", 'YYYY-MM-DD') || '|' ||"
     )
     assert "IF(`flag` <> 0, '1', '0'), '|', DATE_FORMAT(`d`, '%%Y-%%m-%%d')" in mysql_checksum_sql(

@@ -114,7 +114,7 @@ class TableSQL:
             return self.ints.row_hash()
         fields = [self.hash_field(c) for c in self.hashed_columns()]
         if self.mysql:
-            return mysql_row_hash(fields)
+            return mysql_row_hash(fields, non_null=True)
         return warehouse_row_hash(fields, self.side, non_null=True)  # type: ignore[arg-type]
 
     @property
