@@ -64,7 +64,8 @@ The cost: per row n - 1 multiplications and MODs per component; digits are a MOD
 DIV each. String key columns have no exact integer digits in SQL (MySQL can only read
 bytes as integers through CONV(HEX(...)) of fixed-length slices, PostgreSQL has no
 common function for it), so tables with string or decimal keys, and the `all` mode
-(every column, of every type), hash the row's canonical text with MD5 (verify.py).
+(every column, of every type), hash the row's canonical text with SHA-256 (verify.py;
+MD5 until 2026-11-29, the figures below).
 The one common way to integer digits of a string is slices of its MD5: 3 digits of 28 bits
 from MD5(key text) times the cursor's digits cost 6.2-6.6 s of MySQL CPU and 6.9-7.4 s of
 PostgreSQL CPU on 1M rows (a VARCHAR(32) key), against 1.6-1.7 s and 1.8 s for today's one

@@ -5,7 +5,7 @@ count and an order-independent checksum: the sum over rows of a hash of (primary
 cursor). On integer key columns and a date/time cursor it is `int_hash`'s integer
 arithmetic (62 bits, no per-row text: about half the CPU of MD5 in both databases, and no
 blind shift); otherwise a 60-bit hash of `pk1|pk2|...|cursor`, the first 15 hex digits of
-the MD5 of that text, every value printed the same way on both sides (timestamps always
+the SHA-256 of that text, every value printed the same way on both sides (timestamps always
 with six fractional digits, booleans as 0/1, decimals with their scale, bytes as
 lower-case hex). A deleted row changes the count; a row whose key or cursor differs
 changes the checksum. Values other than key and cursor are not compared.
