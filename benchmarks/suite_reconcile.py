@@ -14,6 +14,10 @@ run alters it), copied to PostgreSQL by `s3rs sync`:
    whose cursor moved backwards; the same four runs, counts per kind beside the expected
    ones (the key mode cannot see edits that kept the cursor: by design);
 3. `s3rs reconcile --apply --columns all`, then a second reconcile: it should find 0.
+
+With `--rc-key order_no` the same rows are keyed on their 22-character `order_no`
+(`rs_<rows>`; `id` stays, UNIQUE): a string key, which reconcile cuts by prefixes of the
+MD5 of the key text and hashes as text in both modes, and reladiff as an alphanumeric key.
 """
 
 from __future__ import annotations
@@ -88,12 +92,23 @@ def s3rs_reconcile(sync: SyncEnv, name: str, columns: str, *extra: str) -> dict[
             "total": doc.get("total_differences"), "timings": doc.get("timings")}
 
 
+def rekey(ctx: Ctx, table: str, key: str) -> None:
+    """`key` as the primary key of the seeded table (`id` kept as a UNIQUE key); a table
+    reused from an earlier run may have it already."""
+    pk = mysql_exec(ctx.mysql, "SELECT COLUMN_NAME FROM information_schema.STATISTICS WHERE "
+                    f"TABLE_SCHEMA = '{SCHEMA}' AND TABLE_NAME = '{table}' "
+                    "AND INDEX_NAME = 'PRIMARY'")
+    if [r[0] for r in pk] != [key]:
+        mysql_exec(ctx.mysql, f"ALTER TABLE `{table}` MODIFY id BIGINT NOT NULL, "
+                   f"DROP PRIMARY KEY, ADD PRIMARY KEY (`{key}`), ADD UNIQUE KEY uq_id (id)")
+
+
 def reladiff_command(ctx: Ctx, table: str, columns: tuple[str, ...]) -> dict[str, Any]:
     """The `reladiff` command itself, timed like `s3rs reconcile`: a fresh process, wall
     time of the whole command (imports, connections, diff), `--stats --json`."""
     exe = os.path.join(os.path.dirname(sys.executable), "reladiff")
     args = [exe, url_text(ctx.mysql, "mysql", SCHEMA), table,
-            url_text(ctx.pg, "postgresql", SCHEMA), f"{SCHEMA}.{table}", "-k", "id",
+            url_text(ctx.pg, "postgresql", SCHEMA), f"{SCHEMA}.{table}", "-k", ctx.args.rc_key,
             "-t", "update_at", "-j", "2", "--stats", "--json"]
     for c in columns:
         args += ["-c", c]
@@ -113,12 +128,13 @@ def reladiff_modes(ctx: Ctx, table: str) -> dict[str, dict[str, Any]]:
     """reladiff keyed on id: (id, update_at), then every comparable column."""
     if others.missing("reladiff"):
         return {}
-    cols = tuple(c for c in COLUMNS if c not in ("id", "update_at", *RELADIFF_SKIP))
+    key = ctx.args.rc_key
+    cols = tuple(c for c in COLUMNS if c not in (key, "update_at", *RELADIFF_SKIP))
     out: dict[str, dict[str, Any]] = {}
     for mode, extra in (("key", ()), ("all", cols)):
         out[f"{mode}_command"] = reladiff_command(ctx, table, extra)
         try:
-            out[mode] = others.run_reladiff(ctx.mysql, ctx.pg, table, "id", "update_at", extra)
+            out[mode] = others.run_reladiff(ctx.mysql, ctx.pg, table, key, "update_at", extra)
         except Exception as e:  # reladiff's own limits: reported, not fatal
             first = (str(e).splitlines() or [""])[0]
             out[mode] = {"error": f"{type(e).__name__}: {first[:200]}"}
@@ -169,12 +185,15 @@ def run(ctx: Ctx) -> Report:
     rows = ctx.args.rows
     day = (datetime.now(UTC) - timedelta(days=1)).date()
     end = datetime.combine(day, datetime.min.time()) + timedelta(hours=22)
-    table = f"rc_{rows}"
+    key = ctx.args.rc_key
+    table = f"{'rc' if key == 'id' else 'rs'}_{rows}"
     rep.details["seed"] = demo_table(ctx.mysql, table, rows, end)
+    rekey(ctx, table, key)
+    rep.details["key"] = key
     ensure_pg(ctx.pg)
     sync = SyncEnv(ctx.mysql, ctx.pg, ctx.bucket, "rc",
                    [{"name": f"{SCHEMA}.{table}", "start": day.isoformat(),
-                     "primary_key": ["id"], "chunk_rows": ctx.args.chunk_rows}])
+                     "primary_key": [key], "chunk_rows": ctx.args.chunk_rows}])
     say(f"==> reconcile: copy {SCHEMA}.{table} ({rows:,} rows) to PostgreSQL with s3rs sync")
     setup = sync.sync([f"{SCHEMA}.{table}"])
     rep.add("setup", "s3rs sync (fresh process)", rows, setup.seconds, key="setup")
