@@ -79,6 +79,22 @@ def test_redshift_leaf_rows_and_lookup():
     )
 
 
+def test_redshift_prefix_segments_share_one_scan():
+    """MD5-prefix segments of one length: their splits and their leaves, many per query."""
+    assert W.prefix_split_checksums(["ab", "cd"], 1, "B") == (
+        f'SELECT SUBSTRING(MD5({KEY}), 1, 3) AS "s3rs_child", COUNT(*), '
+        f"COALESCE(CAST(SUM({HASH}) AS DECIMAL(38,0)), 0) "
+        f'FROM "dw"."orders" WHERE SUBSTRING(MD5({KEY}), 1, 2) IN (%s, %s) AND {SCOPE} '
+        "GROUP BY 1",
+        ["ab", "cd", "B"],
+    )
+    assert W.prefix_leaf_rows(["a0f"], "B") == (
+        f'SELECT {KEY}, "id", "code", "update_at", {HASH} FROM "dw"."orders" '
+        f"WHERE SUBSTRING(MD5({KEY}), 1, 3) IN (%s) AND {SCOPE}",
+        ["a0f", "B"],
+    )
+
+
 MATCH = (
     'WHERE "dw"."orders"."id" = "s3rs_reconcile_keys"."id" AND '
     '"dw"."orders"."code" = "s3rs_reconcile_keys"."code"\n'

@@ -7,15 +7,18 @@
    exactly this: one checksum pass over each side, the two sides at the same time.
 2. Each child whose count or checksum differ is split again (about `rows / threshold`
    children, one range scan of the child per side), until a child holds at most
-   `threshold` rows on both sides (or cannot be split: a single key).
+   `threshold` rows on both sides (or cannot be split: a single key). Segments selected
+   by an MD5 prefix alone (keys without an integer first column) have no index to scan:
+   those of one level are split, and fetched, up to PREFIX_BATCH in one scan per side.
 3. Such a leaf is fetched from both sides as (key text, key, cursor, row hash) and
    compared key by key: a key only in MySQL is *missing* in the warehouse, a key only in
    the warehouse is *extra* (deleted in MySQL), a key on both sides with another hash
    *differs*.
 
 Only counts and sums cross the network until step 3, which moves at most `threshold` rows
-per leaf and side; at most `2 * workers` leaves are in flight, so memory follows the
-threshold and the number of differences, not the table. Each side has its own pool of
+per leaf and side; at most `2 * workers` leaf queries are in flight (one a batch of up to
+PREFIX_BATCH prefix leaves), so memory follows the threshold and the number of
+differences, not the table. Each side has its own pool of
 `workers` connections (threads: the databases do the work).
 
 Every query only reads, so a transient error (a killed connection, a failover: retry.py)
@@ -47,6 +50,8 @@ Kind = Literal["missing", "extra", "differs"]
 KINDS: tuple[Kind, ...] = ("missing", "extra", "differs")
 #: children of one split at most (one GROUP BY group each)
 MAX_PARTS = 4096
+#: MD5-prefix segments checksummed or fetched together in one scan per side
+PREFIX_BATCH = 256
 
 
 @dataclass(frozen=True)
@@ -244,27 +249,37 @@ class Differ:
         self, splits: list[tuple[Split, bool]]
     ) -> tuple[list[Segment], list[tuple[Segment, int]]]:
         """Checksums of every child of `splits`: the unequal ones, as leaves to fetch or
-        segments to split further (with their larger row count)."""
+        segments to split further (with their larger row count). Splits of MD5-prefix
+        segments (no interval) share one scan per side and batch (`_by_prefix`)."""
         res = self._result
-        futures: list[tuple[Split, bool, Future, Future]] = []
+        pending: list[tuple[Split, bool, Callable[[], Children], Callable[[], Children]]] = []
+        grouped: dict[tuple[int, int], list[Split]] = {}
         for sp, is_root in splits:
-            futures.append(
-                (
-                    sp,
-                    is_root,
-                    self._mpool.submit(
-                        self._mysql_query, self.msql.split_checksums(sp, self.bound)
-                    ),
-                    self._wpool.submit(
-                        self._warehouse_query, self.wsql.split_checksums(sp, self.bound)
-                    ),
-                )
+            if _prefix_only(sp.parent) and not sp.by_interval and not is_root:
+                grouped.setdefault((len(sp.parent.prefix), sp.digits), []).append(sp)
+                continue
+            mf = self._mpool.submit(self._mysql_query, self.msql.split_checksums(sp, self.bound))
+            wf = self._wpool.submit(
+                self._warehouse_query, self.wsql.split_checksums(sp, self.bound)
             )
+            pending.append((sp, is_root, _children(mf), _children(wf)))
+        for (_, digits), group in grouped.items():
+            for i in range(0, len(group), PREFIX_BATCH):
+                batch = group[i : i + PREFIX_BATCH]
+                prefixes = [sp.parent.prefix for sp in batch]
+                mf = self._mpool.submit(self._mysql_query, self.msql.prefix_split_checksums(
+                    prefixes, digits, self.bound))
+                wf = self._wpool.submit(self._warehouse_query, self.wsql.prefix_split_checksums(
+                    prefixes, digits, self.bound))
+                length = len(prefixes[0])
+                mine, theirs = _by_prefix(mf, length), _by_prefix(wf, length)
+                for sp in batch:
+                    p = sp.parent.prefix
+                    pending.append((sp, False, _part(mine, p), _part(theirs, p)))
         leaves: list[Segment] = []
         deeper: list[tuple[Segment, int]] = []
-        for sp, is_root, mf, wf in futures:
-            mine = _by_child(mf.result())
-            theirs = _by_child(wf.result())
+        for sp, is_root, mine_of, theirs_of in pending:
+            mine, theirs = mine_of(), theirs_of()
             if is_root:
                 res.mysql_rows += sum(n for n, _ in mine.values())
                 res.warehouse_rows += sum(n for n, _ in theirs.values())
@@ -282,24 +297,37 @@ class Differ:
         return leaves, deeper
 
     def _fetch_leaves(self, leaves: list[Segment]) -> None:
-        """Fetch and compare leaves, at most 2 * workers in flight."""
+        """Fetch and compare leaves, at most 2 * workers queries in flight. MD5-prefix
+        leaves (no interval) of one prefix length are fetched PREFIX_BATCH at a time in one
+        scan per side: no index serves their predicate, so one query per leaf would scan
+        the whole table per leaf. Each key belongs to one leaf on both sides (its MD5 is
+        the same), so comparing a batch's rows together finds what leaf by leaf would."""
+        by_length: dict[int, list[Segment]] = {}
+        queries: list[tuple[int, Query, Query]] = []
+        for s in leaves:
+            if _prefix_only(s):
+                by_length.setdefault(len(s.prefix), []).append(s)
+            else:
+                queries.append((1, self.msql.leaf_rows(s, self.bound),
+                                self.wsql.leaf_rows(s, self.bound)))
+        for group in by_length.values():
+            for i in range(0, len(group), PREFIX_BATCH):
+                prefixes = [s.prefix for s in group[i : i + PREFIX_BATCH]]
+                queries.append((len(prefixes), self.msql.prefix_leaf_rows(prefixes, self.bound),
+                                self.wsql.prefix_leaf_rows(prefixes, self.bound)))
         window = 2 * self.workers
-        for i in range(0, len(leaves), window):
+        for i in range(0, len(queries), window):
             batch = [
-                (
-                    self._mpool.submit(self._mysql_query, self.msql.leaf_rows(s, self.bound)),
-                    self._wpool.submit(
-                        self._warehouse_query, self.wsql.leaf_rows(s, self.bound)
-                    ),
-                )
-                for s in leaves[i : i + window]
+                (n, self._mpool.submit(self._mysql_query, mq),
+                 self._wpool.submit(self._warehouse_query, wq))
+                for n, mq, wq in queries[i : i + window]
             ]
-            for mf, wf in batch:
-                self._compare(mf.result(), wf.result())
+            for n, mf, wf in batch:
+                self._compare(mf.result(), wf.result(), leaves=n)
 
-    def _compare(self, mine: list[tuple], theirs: list[tuple]) -> None:
+    def _compare(self, mine: list[tuple], theirs: list[tuple], leaves: int = 1) -> None:
         res = self._result
-        res.leaves_fetched += 1
+        res.leaves_fetched += leaves
         res.rows_fetched += len(mine) + len(theirs)
         nk = len(self.msql.target.primary_key)
         m = {str(r[0]): r for r in mine}
@@ -321,7 +349,41 @@ class Differ:
             )
 
 
-def _by_child(rows: list[tuple]) -> dict[int | str, tuple[int, int]]:
+Children = dict[int | str, tuple[int, int]]
+
+
+def _prefix_only(seg: Segment) -> bool:
+    """A segment selected by an MD5 prefix alone (a key without an integer first column)."""
+    return seg.lo is None and seg.hi is None and bool(seg.prefix)
+
+
+def _children(f: Future) -> Callable[[], Children]:
+    return lambda: _by_child(f.result())
+
+
+def _by_prefix(f: Future, length: int) -> Callable[[], dict[str, Children]]:
+    """A prefix batch's rows (whole child prefix, rows, sum), per parent prefix (the first
+    `length` digits) and label (the rest), read once when first asked."""
+    out: dict[str, Children] = {}
+    done = False
+
+    def get() -> dict[str, Children]:
+        nonlocal done
+        if not done:
+            for child, n, total in f.result():
+                text = str(child)
+                out.setdefault(text[:length], {})[text[length:]] = (int(n), int(total))
+            done = True
+        return out
+
+    return get
+
+
+def _part(batch: Callable[[], dict[str, Children]], prefix: str) -> Callable[[], Children]:
+    return lambda: batch().get(prefix, {})
+
+
+def _by_child(rows: list[tuple]) -> Children:
     out: dict[int | str, tuple[int, int]] = {}
     for label, n, total in rows:
         key: int | str = label if isinstance(label, str) else int(label)

@@ -204,6 +204,27 @@ class TableSQL:
         """(child, rows, sum of row hashes) of each non-empty child of `sp.parent`."""
         child, cparams = self.child_index(sp)
         where, wparams = self._where(sp.parent, bound)
+        return self._checksums(child, cparams, where, wparams)
+
+    def _prefix_in(self, prefixes: Sequence[str], bound: Any) -> Query:
+        """Rows in scope whose key's MD5 starts with one of `prefixes` (all one length)."""
+        assert prefixes and len({len(p) for p in prefixes}) == 1
+        n = len(prefixes[0])
+        marks = ", ".join(["%s"] * len(prefixes))
+        return f"{self._md5_digits(1, n)} IN ({marks}) AND {self.scope()}", [*prefixes, bound]
+
+    def prefix_split_checksums(self, prefixes: Sequence[str], digits: int, bound: Any) -> Query:
+        """`split_checksums` of many MD5-prefix segments at once (no interval, prefixes of
+        one length, each split by `digits` more digits): one scan instead of one per
+        segment, since no index serves an MD5 prefix. The child column is the whole longer
+        prefix (parent prefix + label)."""
+        where, wparams = self._prefix_in(prefixes, bound)
+        return self._checksums(self._md5_digits(1, len(prefixes[0]) + digits), [],
+                               where, wparams)
+
+    def _checksums(self, child: str, cparams: list[Any], where: str,
+                   wparams: list[Any]) -> Query:
+        """(child, rows, sum of row hashes) grouped by the expression `child`."""
         total = "CAST(SUM({h}) AS DECIMAL(38,0))" if self.side == "redshift" else "SUM({h})"
         if self.arithmetic and self.side == "postgres":
             sql = self.ints.postgres_sums(child, self.qualified, where)
@@ -232,7 +253,13 @@ class TableSQL:
 
     def leaf_rows(self, seg: Segment, bound: Any) -> Query:
         """(key text, key columns..., cursor, row hash) of every row of `seg` in scope."""
-        where, params = self._where(seg, bound)
+        return self._leaf_rows(*self._where(seg, bound))
+
+    def prefix_leaf_rows(self, prefixes: Sequence[str], bound: Any) -> Query:
+        """`leaf_rows` of many MD5-prefix segments in one scan (see prefix_split_checksums)."""
+        return self._leaf_rows(*self._prefix_in(prefixes, bound))
+
+    def _leaf_rows(self, where: str, params: list[Any]) -> Query:
         keys = ", ".join(self.q(k) for k in self.target.primary_key)
         sql = (
             f"SELECT {self.key_text()}, {keys}, {self.q(self.target.cursor)}, "
