@@ -52,6 +52,8 @@ KINDS: tuple[Kind, ...] = ("missing", "extra", "differs")
 MAX_PARTS = 4096
 #: MD5-prefix segments checksummed or fetched together in one scan per side
 PREFIX_BATCH = 256
+#: one split's children: label -> (rows, sum of row hashes)
+Children = dict[int | str, tuple[int, int]]
 
 
 @dataclass(frozen=True)
@@ -347,9 +349,6 @@ class Differ:
                     warehouse_cursor=b[1 + nk] if b is not None else None,
                 )
             )
-
-
-Children = dict[int | str, tuple[int, int]]
 
 
 def _prefix_only(seg: Segment) -> bool:
