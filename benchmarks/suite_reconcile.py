@@ -17,7 +17,8 @@ run alters it), copied to PostgreSQL by `s3rs sync`:
 
 With `--rc-key order_no` the same rows are keyed on their 22-character `order_no`
 (`rs_<rows>`; `id` stays, UNIQUE): a string key, which reconcile cuts by prefixes of the
-MD5 of the key text and hashes as text in both modes, and reladiff as an alphanumeric key.
+MD5 of the key text and hashes as text in both modes; reladiff 0.6 refuses it as a key
+(its error is reported in place of a time).
 """
 
 from __future__ import annotations
@@ -125,7 +126,8 @@ def reladiff_command(ctx: Ctx, table: str, columns: tuple[str, ...]) -> dict[str
 
 
 def reladiff_modes(ctx: Ctx, table: str) -> dict[str, dict[str, Any]]:
-    """reladiff keyed on id: (id, update_at), then every comparable column."""
+    """reladiff keyed on the suite's key (`--rc-key`): (key, update_at), then every
+    comparable column."""
     if others.missing("reladiff"):
         return {}
     key = ctx.args.rc_key

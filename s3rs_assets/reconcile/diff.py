@@ -254,34 +254,37 @@ class Differ:
         segments to split further (with their larger row count). Splits of MD5-prefix
         segments (no interval) share one scan per side and batch (`_by_prefix`)."""
         res = self._result
-        pending: list[tuple[Split, bool, Callable[[], Children], Callable[[], Children]]] = []
+        singles: list[tuple[Split, bool, Future, Future]] = []
         grouped: dict[tuple[int, int], list[Split]] = {}
         for sp, is_root in splits:
-            if _prefix_only(sp.parent) and not sp.by_interval and not is_root:
+            if _prefix_only(sp.parent):
                 grouped.setdefault((len(sp.parent.prefix), sp.digits), []).append(sp)
                 continue
             mf = self._mpool.submit(self._mysql_query, self.msql.split_checksums(sp, self.bound))
             wf = self._wpool.submit(
                 self._warehouse_query, self.wsql.split_checksums(sp, self.bound)
             )
-            pending.append((sp, is_root, _children(mf), _children(wf)))
+            singles.append((sp, is_root, mf, wf))
+        batches: list[tuple[list[Split], Future, Future]] = []
         for (_, digits), group in grouped.items():
             for i in range(0, len(group), PREFIX_BATCH):
                 batch = group[i : i + PREFIX_BATCH]
                 prefixes = [sp.parent.prefix for sp in batch]
-                mf = self._mpool.submit(self._mysql_query, self.msql.prefix_split_checksums(
-                    prefixes, digits, self.bound))
-                wf = self._wpool.submit(self._warehouse_query, self.wsql.prefix_split_checksums(
-                    prefixes, digits, self.bound))
-                length = len(prefixes[0])
-                mine, theirs = _by_prefix(mf, length), _by_prefix(wf, length)
-                for sp in batch:
-                    p = sp.parent.prefix
-                    pending.append((sp, False, _part(mine, p), _part(theirs, p)))
+                mq = self.msql.prefix_split_checksums(prefixes, digits, self.bound)
+                wq = self.wsql.prefix_split_checksums(prefixes, digits, self.bound)
+                batches.append((batch, self._mpool.submit(self._mysql_query, mq),
+                                self._wpool.submit(self._warehouse_query, wq)))
+        # every query is submitted; now their results, split by split
+        pending = [(sp, r, _by_child(mf.result()), _by_child(wf.result()))
+                   for sp, r, mf, wf in singles]
+        for batch, mf, wf in batches:
+            n = len(batch[0].parent.prefix)
+            mine, theirs = _by_prefix(mf.result(), n), _by_prefix(wf.result(), n)
+            pending += [(sp, False, mine.get(sp.parent.prefix, {}),
+                         theirs.get(sp.parent.prefix, {})) for sp in batch]
         leaves: list[Segment] = []
         deeper: list[tuple[Segment, int]] = []
-        for sp, is_root, mine_of, theirs_of in pending:
-            mine, theirs = mine_of(), theirs_of()
+        for sp, is_root, mine, theirs in pending:
             if is_root:
                 res.mysql_rows += sum(n for n, _ in mine.values())
                 res.warehouse_rows += sum(n for n, _ in theirs.values())
@@ -356,30 +359,14 @@ def _prefix_only(seg: Segment) -> bool:
     return seg.lo is None and seg.hi is None and bool(seg.prefix)
 
 
-def _children(f: Future) -> Callable[[], Children]:
-    return lambda: _by_child(f.result())
-
-
-def _by_prefix(f: Future, length: int) -> Callable[[], dict[str, Children]]:
-    """A prefix batch's rows (whole child prefix, rows, sum), per parent prefix (the first
-    `length` digits) and label (the rest), read once when first asked."""
+def _by_prefix(rows: list[tuple], length: int) -> dict[str, Children]:
+    """A prefix batch's rows (whole child prefix, rows, sum) per parent prefix (its first
+    `length` digits) and label (the rest)."""
     out: dict[str, Children] = {}
-    done = False
-
-    def get() -> dict[str, Children]:
-        nonlocal done
-        if not done:
-            for child, n, total in f.result():
-                text = str(child)
-                out.setdefault(text[:length], {})[text[length:]] = (int(n), int(total))
-            done = True
-        return out
-
-    return get
-
-
-def _part(batch: Callable[[], dict[str, Children]], prefix: str) -> Callable[[], Children]:
-    return lambda: batch().get(prefix, {})
+    for child, n, total in rows:
+        text = str(child)
+        out.setdefault(text[:length], {})[text[length:]] = (int(n), int(total))
+    return out
 
 
 def _by_child(rows: list[tuple]) -> Children:
