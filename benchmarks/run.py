@@ -122,7 +122,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                       help="seconds before one `s3rs sync` process is killed (default 1200)")
     more.add_argument("--rc-key", choices=("id", "order_no"), default="id",
                       help="reconcile: the primary key, the BIGINT id or the 22-character "
-                      "order_no (a string key: MD5-prefix segments, the text row hash)")
+                      "order_no (a string key: hash-prefix segments, the text row hash)")
     more.add_argument("--differences", type=int, default=100,
                       help="reconcile: differences injected (40%% deleted, 30%% edited, "
                       "20%% inserted with an old cursor, 10%% cursor moved back)")

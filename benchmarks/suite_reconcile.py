@@ -17,7 +17,7 @@ run alters it), copied to PostgreSQL by `s3rs sync`:
 
 With `--rc-key order_no` the same rows are keyed on their 22-character `order_no`
 (`rs_<rows>`; `id` stays, UNIQUE): a string key, which reconcile cuts by prefixes of the
-MD5 of the key text and hashes as text in both modes; reladiff 0.6 refuses it as a key
+SHA-256 of the key text and hashes as text in both modes; reladiff 0.6 refuses it as a key
 (its error is reported in place of a time).
 """
 

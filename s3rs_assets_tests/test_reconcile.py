@@ -196,7 +196,7 @@ def test_postgres_groups_child_and_hash_pairs_not_whole_rows(env, columns):
 
 
 def test_scattered_differences_under_string_keys_share_scans(env):
-    """A string key's segments are MD5 prefixes, which no index serves: the segments of a
+    """A string key's segments are hash prefixes, which no index serves: the segments of a
     level are split, and their leaves fetched, in one scan per side and batch, not one
     scan each (1M rows, 100 differences: 81 s before, one scan per segment). The
     differences found are exactly those made."""

@@ -53,14 +53,14 @@ def test_redshift_checksum_of_an_interval_split():
     )
 
 
-def test_redshift_checksum_of_an_md5_split_inside_one_key_value():
+def test_redshift_checksum_of_a_hash_split_inside_one_key_value():
     sp = split(Segment(lo=5, hi=6, open_lo=False, open_hi=False, prefix="a"), 16)
     sql, params = W.split_checksums(sp, "B")
     assert sql == (
-        f'SELECT SUBSTRING(MD5({KEY}), 2, 1) AS "s3rs_child", COUNT(*), '
+        f'SELECT LOWER(SUBSTRING(SHA2({KEY}, 256), 2, 1)) AS "s3rs_child", COUNT(*), '
         f"COALESCE(CAST(SUM({HASH}) AS DECIMAL(38,0)), 0) "
         f'FROM "dw"."orders" WHERE "id" > %s AND "id" <= %s AND '
-        f"SUBSTRING(MD5({KEY}), 1, 1) = %s AND {SCOPE} GROUP BY 1"
+        f"LOWER(SUBSTRING(SHA2({KEY}, 256), 1, 1)) = %s AND {SCOPE} GROUP BY 1"
     )
     assert params == [5, 6, "a", "B"]
 
@@ -80,17 +80,17 @@ def test_redshift_leaf_rows_and_lookup():
 
 
 def test_redshift_prefix_segments_share_one_scan():
-    """MD5-prefix segments of one length: their splits and their leaves, many per query."""
+    """Hash-prefix segments of one length: their splits and their leaves, many per query."""
     assert W.prefix_split_checksums(["ab", "cd"], 1, "B") == (
-        f'SELECT SUBSTRING(MD5({KEY}), 1, 3) AS "s3rs_child", COUNT(*), '
+        f'SELECT LOWER(SUBSTRING(SHA2({KEY}, 256), 1, 3)) AS "s3rs_child", COUNT(*), '
         f"COALESCE(CAST(SUM({HASH}) AS DECIMAL(38,0)), 0) "
-        f'FROM "dw"."orders" WHERE SUBSTRING(MD5({KEY}), 1, 2) IN (%s, %s) AND {SCOPE} '
-        "GROUP BY 1",
+        f'FROM "dw"."orders" WHERE LOWER(SUBSTRING(SHA2({KEY}, 256), 1, 2)) IN (%s, %s) '
+        f"AND {SCOPE} GROUP BY 1",
         ["ab", "cd", "B"],
     )
     assert W.prefix_leaf_rows(["a0f"], "B") == (
         f'SELECT {KEY}, "id", "code", "update_at", {HASH} FROM "dw"."orders" '
-        f"WHERE SUBSTRING(MD5({KEY}), 1, 3) IN (%s) AND {SCOPE}",
+        f"WHERE LOWER(SUBSTRING(SHA2({KEY}, 256), 1, 3)) IN (%s) AND {SCOPE}",
         ["a0f", "B"],
     )
 
@@ -160,7 +160,7 @@ def test_postgres_joins_the_all_columns_text_with_concat_ws():
     """Every field is COALESCEd, so CONCAT_WS prints what `||` would; Redshift and verify's
     key hash (fields that may be NULL) keep `||`."""
     pg = TableSQL("postgres", "dw", "orders", T, "all").row_hash()
-    assert pg.startswith("('x' || LEFT(encode(substring(sha256(convert_to(CONCAT_WS('|', ")
+    assert pg.startswith("('x' || SUBSTR(encode(substring(sha256(convert_to(CONCAT_WS('|', ")
     mine = TableSQL("mysql", "dw", "orders", T, "all").row_hash()
     assert mine.startswith("CAST(CONV(SUBSTRING(SHA2(CONCAT_WS('|', ")
     assert "CONCAT_WS" not in TableSQL("redshift", "dw", "orders", T, "all").row_hash()

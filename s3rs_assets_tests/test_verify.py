@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -20,6 +21,7 @@ from s3rs_assets.types import SourceColumn
 from s3rs_assets.verify import (
     PartitionCheck,
     mysql_checksum_sql,
+    sha256_hex,
     verify_table,
     warehouse_checksum_sql,
     warehouse_hash_expr,
@@ -324,9 +326,9 @@ def test_checksum_sql_texts():
         "WHERE `update_at` >= %s AND `update_at` < %s GROUP BY `p`"
     )
     assert warehouse_hash_expr(_T, "postgres") == (
-        "('x' || LEFT(encode(substring(sha256(convert_to(\"code\" || '|' || "
+        "('x' || SUBSTR(encode(substring(sha256(convert_to(\"code\" || '|' || "
         "CAST(\"id\" AS VARCHAR) || '|' || TO_CHAR(\"update_at\", 'YYYY-MM-DD HH24:MI:SS.US'), "
-        "'UTF8')) from 1 for 8), 'hex'), 15))::BIT(60)::BIGINT"
+        "'UTF8')) from 1 for 8), 'hex'), 1, 15))::BIT(60)::BIGINT"
     )
     assert warehouse_checksum_sql(_T, "redshift", 2) == (
         'SELECT CASE WHEN "update_at" >= %s AND "update_at" < %s THEN 0 '
@@ -359,3 +361,23 @@ def test_boolean_and_date_keys_print_alike():
     assert "IF(`flag` <> 0, '1', '0'), '|', DATE_FORMAT(`d`, '%%Y-%%m-%%d')" in mysql_checksum_sql(
         "a.x", t, 1
     )
+
+
+def test_sha256_digits_agree_on_every_side(mysql_conn, pg_url):
+    """`sha256_hex` is the row hash's digits and reconcile's string-key segments: MariaDB,
+    PostgreSQL and Python must print the same digits at every position, for any text
+    (non-ASCII included: each hashes the UTF-8 bytes), or a key lands in different segments
+    on the two sides and reconcile reports a difference that is not there."""
+    texts = ["", "a", "A|1|2026-11-29 00:00:00.000000", "Grüße 東京 🙂", "x" * 300, "a\tb\nc"]
+    spans = [(1, 1), (2, 1), (3, 1), (1, 2), (2, 3), (1, 15), (7, 9), (33, 32), (64, 1),
+             (1, 64)]
+    with mysql_conn.cursor() as cur, psycopg.connect(pg_url) as pg_conn:
+        for text in texts:
+            digest = hashlib.sha256(text.encode()).hexdigest()
+            for start, count in spans:
+                want = digest[start - 1 : start - 1 + count]
+                cur.execute(f"SELECT {sha256_hex('%s', 'mysql', start, count)}", (text,))
+                got_pg = pg_conn.execute(
+                    f"SELECT {sha256_hex('%s::text', 'postgres', start, count)}", (text,)
+                ).fetchone()[0]
+                assert (cur.fetchone()[0], got_pg) == (want, want), (text, start, count)

@@ -6,7 +6,7 @@ application stamped below the watermark after it passed. Reconcile compares the 
 databases by primary key instead, with checksums computed inside both, and repairs through
 the same exactly-once load.
 
-    keys.py    key segments both databases select identically (integer intervals, MD5
+    keys.py    key segments both databases select identically (integer intervals, SHA-256
                prefixes of the key's canonical text), and how a segment splits
     sql.py     the SQL text, pure builders for MySQL, PostgreSQL and Redshift (the
                integer-arithmetic row hash of key mode is `s3rs_assets.int_hash`,

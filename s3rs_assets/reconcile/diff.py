@@ -8,7 +8,7 @@
 2. Each child whose count or checksum differ is split again (about `rows / threshold`
    children, one range scan of the child per side), until a child holds at most
    `threshold` rows on both sides (or cannot be split: a single key). Segments selected
-   by an MD5 prefix alone (keys without an integer first column) have no index to scan:
+   by a hash prefix alone (keys without an integer first column) have no index to scan:
    those of one level are split, and fetched, up to PREFIX_BATCH in one scan per side.
 3. Such a leaf is fetched from both sides as (key text, key, cursor, row hash) and
    compared key by key: a key only in MySQL is *missing* in the warehouse, a key only in
@@ -50,7 +50,7 @@ Kind = Literal["missing", "extra", "differs"]
 KINDS: tuple[Kind, ...] = ("missing", "extra", "differs")
 #: children of one split at most (one GROUP BY group each)
 MAX_PARTS = 4096
-#: MD5-prefix segments checksummed or fetched together in one scan per side
+#: hash-prefix segments checksummed or fetched together in one scan per side
 PREFIX_BATCH = 256
 #: one split's children: label -> (rows, sum of row hashes)
 Children = dict[int | str, tuple[int, int]]
@@ -239,7 +239,7 @@ class Differ:
         """The root's children, about `rows / threshold` of them. An integer key range is
         cut first into `workers` sub-ranges, one checksum query each, so every connection
         of both sides works from the start (MySQL and the warehouse each use one core per
-        query); MD5 prefixes are never cut there (each query would scan the whole table)."""
+        query); hash prefixes are never cut there (each query would scan the whole table)."""
         parts = math.ceil(max(estimated_rows, 1) / self.threshold)
         if self.workers == 1 or not root.can_split_interval() or parts < 2 * self.workers:
             return [(split(root, min(MAX_PARTS, parts)), True)]
@@ -251,7 +251,7 @@ class Differ:
         self, splits: list[tuple[Split, bool]]
     ) -> tuple[list[Segment], list[tuple[Segment, int]]]:
         """Checksums of every child of `splits`: the unequal ones, as leaves to fetch or
-        segments to split further (with their larger row count). Splits of MD5-prefix
+        segments to split further (with their larger row count). Splits of hash-prefix
         segments (no interval) share one scan per side and batch (`_by_prefix`)."""
         res = self._result
         singles: list[tuple[Split, bool, Future, Future]] = []
@@ -302,10 +302,10 @@ class Differ:
         return leaves, deeper
 
     def _fetch_leaves(self, leaves: list[Segment]) -> None:
-        """Fetch and compare leaves, at most 2 * workers queries in flight. MD5-prefix
+        """Fetch and compare leaves, at most 2 * workers queries in flight. Hash-prefix
         leaves (no interval) of one prefix length are fetched PREFIX_BATCH at a time in one
         scan per side: no index serves their predicate, so one query per leaf would scan
-        the whole table per leaf. Each key belongs to one leaf on both sides (its MD5 is
+        the whole table per leaf. Each key belongs to one leaf on both sides (its hash is
         the same), so comparing a batch's rows together finds what leaf by leaf would."""
         by_length: dict[int, list[Segment]] = {}
         queries: list[tuple[int, Query, Query]] = []
@@ -355,7 +355,7 @@ class Differ:
 
 
 def _prefix_only(seg: Segment) -> bool:
-    """A segment selected by an MD5 prefix alone (a key without an integer first column)."""
+    """A segment selected by a hash prefix alone (a key without an integer first column)."""
     return seg.lo is None and seg.hi is None and bool(seg.prefix)
 
 

@@ -7,13 +7,13 @@ in the warehouse, whatever either database's collation says. So segments use onl
 
 * an integer interval `(lo, hi]` of the first primary-key column, when that column is an
   integer (integers order alike everywhere; MySQL's index scans the interval), and
-* a prefix of the lower-case hex MD5 of the key's canonical text (`verify.mysql_field` /
+* a prefix of the lower-case hex SHA-256 of the key's canonical text (`verify.mysql_field` /
   `warehouse_field`: the same bytes on both sides), for string, binary, decimal or date
   keys, and inside an interval that cannot be split further (one value of the first
   column of a composite key shared by many rows).
 
 String keys are never compared by order: MySQL's `utf8mb4_general_ci` and PostgreSQL's
-collation disagree on order and on equality ('a' = 'A' = 'a ' in MySQL), while the MD5 of
+collation disagree on order and on equality ('a' = 'A' = 'a ' in MySQL), while the SHA-256 of
 the stored bytes is the same on both sides. A MySQL key and a warehouse key are the same
 row exactly when their canonical texts are equal (the bytes the warehouse stored are the
 ones MySQL gave the backup).
@@ -25,13 +25,13 @@ import math
 from dataclasses import dataclass, replace
 
 HEX = "0123456789abcdef"
-#: MD5 has 32 hex digits: a prefix this long is a single key
-MAX_PREFIX = 32
+#: SHA-256 has 64 hex digits: a prefix this long is a single key
+MAX_PREFIX = 64
 
 
 @dataclass(frozen=True)
 class Segment:
-    """Rows with `lo < k0 <= hi` (an open side is unbounded) and MD5(key text) starting
+    """Rows with `lo < k0 <= hi` (an open side is unbounded) and SHA-256(key text) starting
     with `prefix`. Without an integer first column, `lo`/`hi` are unused (None)."""
 
     lo: int | None = None
@@ -43,10 +43,10 @@ class Segment:
     @property
     def label(self) -> str:
         if self.lo is None:
-            return f"md5:{self.prefix or '*'}"
+            return f"sha:{self.prefix or '*'}"
         lo = "-inf" if self.open_lo else str(self.lo)
         hi = "+inf" if self.open_hi else str(self.hi)
-        return f"({lo}, {hi}]" + (f" md5:{self.prefix}" if self.prefix else "")
+        return f"({lo}, {hi}]" + (f" sha:{self.prefix}" if self.prefix else "")
 
     def can_split_interval(self) -> bool:
         return self.lo is not None and self.hi is not None and self.hi - self.lo > 1
@@ -58,7 +58,7 @@ class Segment:
 @dataclass(frozen=True)
 class Split:
     """How a parent segment divides into children: by interval (`width`, `count` children
-    numbered 0..count-1) or by `digits` more hex digits of the key's MD5."""
+    numbered 0..count-1) or by `digits` more hex digits of the key's SHA-256."""
 
     parent: Segment
     width: int = 0
@@ -101,7 +101,7 @@ def _hex(i: int, digits: int) -> str:
 
 def split(seg: Segment, parts: int) -> Split:
     """Divide `seg` into about `parts` children: by interval while it has more than one
-    integer value, then by MD5 digits (16 children per digit)."""
+    integer value, then by SHA-256 digits (16 children per digit)."""
     parts = max(2, parts)
     if seg.can_split_interval():
         assert seg.lo is not None and seg.hi is not None
@@ -114,7 +114,7 @@ def split(seg: Segment, parts: int) -> Split:
 
 def root(first_key_is_integer: bool, bounds: tuple[int, int] | None) -> Segment:
     """The whole key space: the integer interval both sides' MIN/MAX span (open at both
-    ends, so a row inserted beyond them is still compared), or every MD5."""
+    ends, so a row inserted beyond them is still compared), or every hash."""
     if not first_key_is_integer or bounds is None:
         return Segment()
     lo, hi = bounds

@@ -31,6 +31,7 @@ from s3rs_assets.verify import (
     mysql_field,
     mysql_hash_field,
     mysql_row_hash,
+    sha256_hex,
     warehouse_field,
     warehouse_hash_field,
     warehouse_row_hash,
@@ -125,13 +126,14 @@ class TableSQL:
     @property
     def arithmetic(self) -> bool:
         """Key mode on integer key columns (one or several) and a date/time cursor hashes
-        with integer arithmetic instead of MD5 over text: no per-row formatting, the same
+        with integer arithmetic instead of SHA-256 over text: no per-row formatting, the same
         numbers on each side. See `s3rs_assets.int_hash` for why it has no blind spot."""
         return self.columns == "key" and self.ints.applies
 
-    def _md5_digits(self, start: int, count: int) -> str:
-        fn = "SUBSTR" if self.side == "postgres" else "SUBSTRING"
-        return f"{fn}(MD5({self.key_text()}), {start}, {count})"
+    def _key_digits(self, start: int, count: int) -> str:
+        """Hex digits of the SHA-256 of the key's text, which string-key segments are cut by
+        (MariaDB's SHA2 costs ~0.25 s less per 1M keys than its MD5)."""
+        return sha256_hex(self.key_text(), self.side, start, count)
 
     @property
     def first_key(self) -> str:
@@ -156,7 +158,7 @@ class TableSQL:
             parts.append(f"{self.first_key} <= %s")
             params.append(seg.hi)
         if seg.prefix:
-            parts.append(f"{self._md5_digits(1, len(seg.prefix))} = %s")
+            parts.append(f"{self._key_digits(1, len(seg.prefix))} = %s")
             params.append(seg.prefix)
         return (" AND ".join(parts) or "1 = 1"), params
 
@@ -172,7 +174,7 @@ class TableSQL:
         after the bounds were read) is raised to `lo` first, so an UNSIGNED key never goes
         negative (error 1690)."""
         if not sp.by_interval:
-            return self._md5_digits(len(sp.parent.prefix) + 1, sp.digits), []
+            return self._key_digits(len(sp.parent.prefix) + 1, sp.digits), []
         assert sp.parent.lo is not None and sp.parent.hi is not None
         k0 = self.first_key
         integral = is_integer(self._col(self.target.primary_key[0]))
@@ -207,19 +209,19 @@ class TableSQL:
         return self._checksums(child, cparams, where, wparams)
 
     def _prefix_in(self, prefixes: Sequence[str], bound: Any) -> Query:
-        """Rows in scope whose key's MD5 starts with one of `prefixes` (all one length)."""
+        """Rows in scope whose key hash starts with one of `prefixes` (all one length)."""
         assert prefixes and len({len(p) for p in prefixes}) == 1
         n = len(prefixes[0])
         marks = ", ".join(["%s"] * len(prefixes))
-        return f"{self._md5_digits(1, n)} IN ({marks}) AND {self.scope()}", [*prefixes, bound]
+        return f"{self._key_digits(1, n)} IN ({marks}) AND {self.scope()}", [*prefixes, bound]
 
     def prefix_split_checksums(self, prefixes: Sequence[str], digits: int, bound: Any) -> Query:
-        """`split_checksums` of many MD5-prefix segments at once (no interval, prefixes of
+        """`split_checksums` of many hash-prefix segments at once (no interval, prefixes of
         one length, each split by `digits` more digits): one scan instead of one per
-        segment, since no index serves an MD5 prefix. The child column is the whole longer
+        segment, since no index serves a hash prefix. The child column is the whole longer
         prefix (parent prefix + label)."""
         where, wparams = self._prefix_in(prefixes, bound)
-        return self._checksums(self._md5_digits(1, len(prefixes[0]) + digits), [],
+        return self._checksums(self._key_digits(1, len(prefixes[0]) + digits), [],
                                where, wparams)
 
     def _checksums(self, child: str, cparams: list[Any], where: str,
@@ -256,7 +258,7 @@ class TableSQL:
         return self._leaf_rows(*self._where(seg, bound))
 
     def prefix_leaf_rows(self, prefixes: Sequence[str], bound: Any) -> Query:
-        """`leaf_rows` of many MD5-prefix segments in one scan (see prefix_split_checksums)."""
+        """`leaf_rows` of many hash-prefix segments in one scan (see prefix_split_checksums)."""
         return self._leaf_rows(*self._prefix_in(prefixes, bound))
 
     def _leaf_rows(self, where: str, params: list[Any]) -> Query:
