@@ -40,14 +40,6 @@ class Segment:
     open_hi: bool = True
     prefix: str = ""
 
-    @property
-    def label(self) -> str:
-        if self.lo is None:
-            return f"sha:{self.prefix or '*'}"
-        lo = "-inf" if self.open_lo else str(self.lo)
-        hi = "+inf" if self.open_hi else str(self.hi)
-        return f"({lo}, {hi}]" + (f" sha:{self.prefix}" if self.prefix else "")
-
     def can_split_interval(self) -> bool:
         return self.lo is not None and self.hi is not None and self.hi - self.lo > 1
 
