@@ -370,7 +370,7 @@ def _by_prefix(rows: list[tuple], length: int) -> dict[str, Children]:
 
 
 def _by_child(rows: list[tuple]) -> Children:
-    out: dict[int | str, tuple[int, int]] = {}
+    out: Children = {}
     for label, n, total in rows:
         key: int | str = label if isinstance(label, str) else int(label)
         out[key] = (int(n), int(total))
